@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages, what building and testing xcloak needs and
+# this machine lacks: libclang (bindgen, at build time), redis-server and
+# redis-tools (the server the tests start, redis-cli, redis-benchmark).
+# Does nothing when everything is present.
+set -euo pipefail
+
+need=()
+if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; then
+    need+=(libclang-dev)
+fi
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
+for extra in "$@"; do
+    command -v "$extra" >/dev/null 2>&1 || need+=("$extra")
+done
+
+if [ ${#need[@]} -gt 0 ]; then
+    mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
+    echo "ensure-deps: installing ${need[*]}" >&2
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "ensure-deps: cargo (Rust stable) is required and not on PATH" >&2
+    exit 1
+fi

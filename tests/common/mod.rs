@@ -1,0 +1,290 @@
+//! The one way tests start a real server with the freshly built module.
+//!
+//! - server binary: `$XCLOAK_SERVER` (path), else `redis-server` on PATH;
+//! - module: `$XCLOAK_MODULE`, else `target/release/libxcloak.so` (`make test`
+//!   builds it first);
+//! - each server gets its own loopback port (<= 55535, so a cluster bus port
+//!   fits too) and its own directory, and is shut down when dropped.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+pub use redis;
+use redis::{Connection, RedisResult};
+
+/// The article's script, verbatim: the reference semantics.
+pub const ARTICLE_SCRIPT: &str = include_str!("../oracle/article.lua");
+
+pub fn server_binary() -> String {
+    std::env::var("XCLOAK_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+pub fn module_path() -> PathBuf {
+    let path = std::env::var_os("XCLOAK_MODULE").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libxcloak.so")
+    });
+    assert!(path.exists(), "module not built at {} (run `make build` or `make test`)", path.display());
+    path
+}
+
+/// Major.minor.patch of the server binary, from `--version`.
+pub fn server_version() -> (u32, u32, u32) {
+    let output = Command::new(server_binary()).arg("--version").output().expect("server binary runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let version = text
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("v="))
+        .expect("a v=X.Y.Z in --version");
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+pub fn is_valkey() -> bool {
+    let output = Command::new(server_binary()).arg("--version").output().expect("server binary runs");
+    String::from_utf8_lossy(&output.stdout).to_ascii_lowercase().contains("valkey")
+}
+
+/// Redis 7.0+ (or any Valkey): has `enable-debug-command`, COMMAND DOCS, module configs.
+pub fn at_least_7_0() -> bool {
+    is_valkey() || server_version() >= (7, 0, 0)
+}
+
+/// Redis 7.2+ (or any Valkey): has command ACL categories for modules.
+pub fn at_least_7_2() -> bool {
+    is_valkey() || server_version() >= (7, 2, 0)
+}
+
+static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+
+/// A free loopback port whose +10000 (cluster bus) is free too.
+pub fn free_port() -> u16 {
+    let _ = NEXT_PORT.compare_exchange(0, 20000 + (std::process::id() % 600) as u16 * 50, Ordering::SeqCst, Ordering::SeqCst);
+    loop {
+        let mut port = NEXT_PORT.fetch_add(1, Ordering::SeqCst);
+        if port > 45535 {
+            NEXT_PORT.store(20000, Ordering::SeqCst);
+            port = 20000;
+        }
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10000) {
+            return port;
+        }
+    }
+}
+
+/// How to start a server.
+#[derive(Clone)]
+pub struct ServerConfig {
+    pub module: bool,
+    pub module_args: Vec<String>,
+    pub extra: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig { module: true, module_args: Vec::new(), extra: Vec::new() }
+    }
+}
+
+impl ServerConfig {
+    pub fn without_module() -> Self {
+        ServerConfig { module: false, ..Default::default() }
+    }
+    pub fn module_args(mut self, args: &[&str]) -> Self {
+        self.module_args = args.iter().map(|s| s.to_string()).collect();
+        self
+    }
+    /// Extra `--name value` options, as pairs or flags.
+    pub fn arg(mut self, name: &str, value: &str) -> Self {
+        self.extra.push(format!("--{name}"));
+        self.extra.push(value.to_string());
+        self
+    }
+    pub fn start(self) -> Server {
+        Server::start_with(self)
+    }
+}
+
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    pub config: ServerConfig,
+    child: Option<Child>,
+}
+
+impl Server {
+    /// A server with the module loaded, no persistence.
+    pub fn start() -> Server {
+        ServerConfig::default().start()
+    }
+
+    pub fn start_with(config: ServerConfig) -> Server {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("xcloak-test-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("test directory");
+        let mut server = Server { port, dir, config, child: None };
+        server.launch();
+        server
+    }
+
+    fn command_line(&self) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "--port".into(), self.port.to_string(),
+            "--bind".into(), "127.0.0.1".into(),
+            "--dir".into(), self.dir.display().to_string(),
+            "--logfile".into(), "server.log".into(),
+            "--save".into(), "".into(),
+            "--appendonly".into(), "no".into(),
+            "--protected-mode".into(), "no".into(),
+        ];
+        if at_least_7_0() {
+            args.extend(["--enable-debug-command".into(), "yes".into()]);
+        }
+        if self.config.module {
+            args.push("--loadmodule".into());
+            args.push(module_path().display().to_string());
+            args.extend(self.config.module_args.iter().cloned());
+        }
+        args.extend(self.config.extra.iter().cloned());
+        args
+    }
+
+    fn launch(&mut self) {
+        let child = Command::new(server_binary())
+            .args(self.command_line())
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut conn) = self.try_client() {
+                let pong: RedisResult<String> = redis::cmd("PING").query(&mut conn);
+                if pong.is_ok() {
+                    // Still loading an AOF/RDB answers -LOADING; PING passing means ready.
+                    return;
+                }
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("server exited ({status}) on port {}:\n{}", self.port, self.log());
+                }
+            }
+            assert!(Instant::now() < deadline, "server on {} not ready:\n{}", self.port, self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn try_client(&self) -> RedisResult<Connection> {
+        let client = redis::Client::open(self.url())?;
+        client.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    pub fn client(&self) -> Connection {
+        self.try_client().unwrap_or_else(|e| panic!("connect to {}: {e}\n{}", self.port, self.log()))
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// Stops the process (SHUTDOWN, so persistence is flushed as configured).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(mut conn) = self.try_client() {
+                let _: RedisResult<()> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut conn);
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops and starts again on the same port, directory and options.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+
+    /// Runs `f` on a connection and returns its result.
+    pub fn with<T>(&self, f: impl FnOnce(&mut Connection) -> T) -> T {
+        f(&mut self.client())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// `XCLOAK.ALLOW key window limit NOW now` -> 0/1.
+pub fn allow_at(conn: &mut Connection, key: &str, window: i64, limit: i64, now: i64) -> i64 {
+    redis::cmd("XCLOAK.ALLOW").arg(key).arg(window).arg(limit).arg("NOW").arg(now).query(conn).unwrap()
+}
+
+/// The article's script at `now` -> 0/1.
+pub fn article_at(conn: &mut Connection, key: &str, window: i64, limit: i64, now: i64) -> i64 {
+    redis::Script::new(ARTICLE_SCRIPT).key(key).arg(now).arg(window).arg(limit).invoke(conn).unwrap()
+}
+
+/// Every (member, score) of a sorted set, in order.
+pub fn entries(conn: &mut Connection, key: &str) -> Vec<(String, f64)> {
+    redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(conn).unwrap()
+}
+
+/// `DEBUG DIGEST` of the whole dataset (7.0+ needs enable-debug-command).
+pub fn digest(conn: &mut Connection) -> String {
+    redis::cmd("DEBUG").arg("DIGEST").query(conn).unwrap()
+}
+
+/// A field of `INFO <section>` as a string.
+pub fn info_field(conn: &mut Connection, section: &str, field: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO").arg(section).query(conn).unwrap();
+    text.lines().find_map(|line| line.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+}
+
+/// Polls `check` until it returns true or `timeout` passes.
+pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check()
+}
