@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 pub use redis;
 use redis::{Connection, RedisResult};
 
+pub mod cluster;
+
 /// The article's script, verbatim: the reference semantics.
 pub const ARTICLE_SCRIPT: &str = include_str!("../oracle/article.lua");
 
