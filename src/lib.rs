@@ -10,10 +10,13 @@
 //! [`window`] takes the decision in plain Rust over a small `Log` trait;
 //! [`zset`] is the one file that touches keys (the `Log` over a sorted set and
 //! the replication of effects); [`commands`] wires them into handlers; this
-//! file registers everything with the server.
+//! file registers everything with the server, with [`metadata`] (COMMAND DOCS,
+//! ACL categories) and [`config`] (`MAX-LIMIT`, `xcloak.max-limit`).
 
 mod args;
 mod commands;
+mod config;
+mod metadata;
 mod window;
 mod zset;
 
@@ -23,8 +26,8 @@ mod module {
 
     use redis_module::{raw, Context, RedisString, Status};
 
-    use crate::args::{parse_i64, MAX_LIMIT_CEILING};
-    use crate::commands;
+    use crate::metadata::{self, CommandDoc};
+    use crate::{commands, config};
 
     redis_module::redis_module! {
         name: "xcloak",
@@ -36,24 +39,25 @@ mod module {
 
     type Handler = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
-    /// Name, handler, flags. Key positions are 1,1,1 for both.
-    const COMMANDS: [(&CStr, Handler, &CStr); 2] = [
-        (c"xcloak.allow", commands::allow, c"write deny-oom fast"),
-        (c"xcloak.peek", commands::peek, c"readonly fast"),
+    /// Handler, flags, documentation. Key positions are 1,1,1 for both.
+    const COMMANDS: [(Handler, &CStr, &CommandDoc); 2] = [
+        (commands::allow, c"write deny-oom fast", &metadata::ALLOW),
+        (commands::peek, c"readonly fast", &metadata::PEEK),
     ];
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
-        if let Err(message) = load_arguments(args) {
-            ctx.log_warning(&format!("xcloak: refusing to load: {message}"));
-            return Status::Err;
-        }
-        for (name, handler, flags) in COMMANDS {
+        let words: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+        let max_limit = match config::parse_load_arguments(&words) {
+            Ok(max_limit) => max_limit,
+            Err(message) => return refuse(ctx, &message),
+        };
+        for (handler, flags, doc) in COMMANDS {
             // SAFETY: called from OnLoad with the server's context; the names
             // and flags are NUL-terminated statics.
             let status = unsafe {
                 raw::RedisModule_CreateCommand.expect("CreateCommand")(
                     ctx.ctx,
-                    name.as_ptr(),
+                    doc.name.as_ptr(),
                     Some(handler),
                     flags.as_ptr(),
                     1,
@@ -62,34 +66,25 @@ mod module {
                 )
             };
             if status != raw::REDISMODULE_OK as c_int {
-                ctx.log_warning(&format!("xcloak: could not register {}", name.to_string_lossy()));
-                return Status::Err;
+                return refuse(ctx, &format!("could not register {}", doc.name.to_string_lossy()));
             }
+            // Metadata is documentation: a server that rejects it still gets
+            // working commands, and the log says why COMMAND DOCS is bare.
+            if let Err(message) = metadata::describe(ctx.ctx, doc) {
+                ctx.log_warning(&format!("xcloak: {message}; continuing without it"));
+            }
+        }
+        if let Err(message) = config::register(ctx.ctx, max_limit) {
+            return refuse(ctx, &message);
         }
         // Replaces the info callback the macro registered (it runs before init).
         unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(info)) };
         Status::Ok
     }
 
-    /// `loadmodule xcloak.so [MAX-LIMIT n]`
-    fn load_arguments(args: &[RedisString]) -> Result<(), String> {
-        let mut rest = args.iter().map(|a| a.as_slice());
-        while let Some(name) = rest.next() {
-            if name.eq_ignore_ascii_case(b"MAX-LIMIT") {
-                let value = rest
-                    .next()
-                    .and_then(parse_i64)
-                    .filter(|v| (1..=MAX_LIMIT_CEILING).contains(v))
-                    .ok_or_else(|| format!("MAX-LIMIT must be an integer from 1 to {MAX_LIMIT_CEILING}"))?;
-                commands::MAX_LIMIT.store(value, std::sync::atomic::Ordering::Relaxed);
-            } else {
-                return Err(format!(
-                    "unknown load argument '{}' (expected MAX-LIMIT n)",
-                    String::from_utf8_lossy(name)
-                ));
-            }
-        }
-        Ok(())
+    fn refuse(ctx: &Context, message: &str) -> Status {
+        ctx.log_warning(&format!("xcloak: refusing to load: {message}"));
+        Status::Err
     }
 
     /// `INFO xcloak`: counters since load, and the configured bound.

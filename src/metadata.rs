@@ -1,0 +1,242 @@
+//! What the server tells clients and operators about the commands.
+//!
+//! - `COMMAND DOCS` / `COMMAND INFO` (Redis 7.0+, Valkey): summary, since,
+//!   complexity, arity, key specs and typed arguments, through
+//!   `RedisModule_SetCommandInfo`;
+//! - ACL categories (Redis 7.2+, Valkey), through
+//!   `RedisModule_SetCommandACLCategories`.
+//!
+//! Each is applied only when the server exports the function (the pointer is
+//! `Some`); an older server still loads the module, without the metadata. The
+//! structures handed to the server are leaked at load, so every pointer in them
+//! stays valid for the life of the process whatever the server keeps.
+
+use std::ffi::{c_int, CStr};
+use std::ptr;
+
+use redis_module::raw;
+
+/// Version of this module's commands, as `COMMAND DOCS` shows it in `since`.
+const SINCE: &CStr = c"0.1.0";
+
+/// One command's documentation, declared once.
+pub struct CommandDoc {
+    pub name: &'static CStr,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    /// Space-separated hints for clients and proxies.
+    pub tips: Option<&'static CStr>,
+    /// Arity as `COMMAND INFO` reports it: negative means "at least".
+    pub arity: c_int,
+    /// `REDISMODULE_CMD_KEY_*` flags of the single key (argument 1).
+    pub key_flags: u32,
+    /// Space-separated ACL categories (7.2+).
+    pub acl_categories: &'static CStr,
+    pub args: &'static [Arg],
+}
+
+/// One argument after the command name.
+pub struct Arg {
+    pub name: &'static CStr,
+    pub kind: Kind,
+    /// The keyword that introduces the value (`COST 5`), or the whole token.
+    pub token: Option<&'static CStr>,
+    pub summary: &'static CStr,
+    pub optional: bool,
+}
+
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Key,
+    Integer,
+    UnixTime,
+    PureToken,
+}
+
+impl Kind {
+    fn raw(self) -> raw::RedisModuleCommandArgType {
+        match self {
+            Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+            Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+            Kind::UnixTime => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
+            Kind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+        }
+    }
+}
+
+const KEY: Arg = Arg {
+    name: c"key",
+    kind: Kind::Key,
+    token: None,
+    summary: c"The sorted set holding the window's log (one per client identity).",
+    optional: false,
+};
+const WINDOW: Arg = Arg {
+    name: c"window",
+    kind: Kind::Integer,
+    token: None,
+    summary: c"Window length in milliseconds, 1 to 9007199254740991.",
+    optional: false,
+};
+const LIMIT: Arg = Arg {
+    name: c"limit",
+    kind: Kind::Integer,
+    token: None,
+    summary: c"Most units admitted per window, 0 to xcloak.max-limit (default 1000000).",
+    optional: false,
+};
+const COST: Arg = Arg {
+    name: c"cost",
+    kind: Kind::Integer,
+    token: Some(c"COST"),
+    summary: c"Units this request consumes, 1 to 1000000 (default 1); all or nothing.",
+    optional: true,
+};
+const NOW: Arg = Arg {
+    name: c"unix-time-milliseconds",
+    kind: Kind::UnixTime,
+    token: Some(c"NOW"),
+    summary: c"The caller's clock in unix milliseconds, 0 to 9007199254740991 (default: the server's).",
+    optional: true,
+};
+const DETAILS: Arg = Arg {
+    name: c"details",
+    kind: Kind::PureToken,
+    token: Some(c"DETAILS"),
+    summary: c"Reply [allowed, limit, remaining, retry_after_ms, reset_after_ms] instead of 1/0.",
+    optional: true,
+};
+
+pub const ALLOW: CommandDoc = CommandDoc {
+    name: c"xcloak.allow",
+    summary: c"Admits a request of COST units if the sliding window has room, and records it. \
+Replies 1/0, or with DETAILS [allowed, limit, remaining, retry_after_ms, reset_after_ms].",
+    complexity: c"O(log(N) + M + C*log(N)) with N the entries in the window, M the entries that \
+expired and C the cost; DETAILS adds O(K), K <= N the entries older than the one whose departure makes room.",
+    tips: Some(c"nondeterministic_output"),
+    arity: -4,
+    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    acl_categories: c"write fast",
+    args: &[KEY, WINDOW, LIMIT, COST, NOW, DETAILS],
+};
+
+pub const PEEK: CommandDoc = CommandDoc {
+    name: c"xcloak.peek",
+    summary: c"Replies what XCLOAK.ALLOW would decide now, writing nothing: \
+[allowed, limit, remaining, retry_after_ms, reset_after_ms].",
+    complexity: c"O(log(N) + M + K) with N the entries in the window, M the entries that expired \
+and K <= N the entries older than the one whose departure makes room.",
+    tips: Some(c"nondeterministic_output"),
+    arity: -4,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    acl_categories: c"read fast",
+    args: &[KEY, WINDOW, LIMIT, COST, NOW],
+};
+
+/// The layout version the server checks the structures against (the
+/// `REDISMODULE_COMMAND_INFO_VERSION` of `redismodule.h`, which bindgen cannot
+/// export because it is a `static const` in the header).
+static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
+    version: 1,
+    sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+    sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+    sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+};
+
+/// What [`describe`] could apply on this server.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub docs: bool,
+    pub acl_categories: bool,
+}
+
+/// Attaches `doc` to the already created command. Call from `OnLoad` only.
+/// An `Err` carries a message for the log; the command itself still works.
+pub fn describe(ctx: *mut raw::RedisModuleCtx, doc: &CommandDoc) -> Result<Applied, String> {
+    let mut applied = Applied::default();
+    // SAFETY: reading the function pointers the server filled in at load.
+    let (get_command, set_info, set_acl) = unsafe {
+        (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo, raw::RedisModule_SetCommandACLCategories)
+    };
+    let Some(get_command) = get_command else {
+        return Ok(applied); // Redis 6.2: no command handles, no docs.
+    };
+    let name = doc.name.to_string_lossy();
+    // SAFETY: `ctx` is the load context and the name a NUL-terminated static.
+    let command = unsafe { get_command(ctx, doc.name.as_ptr()) };
+    if command.is_null() {
+        return Err(format!("{name} is not registered"));
+    }
+    if let Some(set_info) = set_info {
+        let info: &'static raw::RedisModuleCommandInfo = Box::leak(Box::new(command_info(doc)));
+        // SAFETY: `command` is this module's, created in this OnLoad; `info`
+        // and everything it points to are leaked, valid forever.
+        if unsafe { set_info(command, info) } != raw::REDISMODULE_OK as c_int {
+            return Err(format!("the server rejected the command info of {name}"));
+        }
+        applied.docs = true;
+    }
+    if let Some(set_acl) = set_acl {
+        // SAFETY: as above; the categories are a NUL-terminated static.
+        if unsafe { set_acl(command, doc.acl_categories.as_ptr()) } != raw::REDISMODULE_OK as c_int {
+            return Err(format!(
+                "the server rejected the ACL categories '{}' of {name}",
+                doc.acl_categories.to_string_lossy()
+            ));
+        }
+        applied.acl_categories = true;
+    }
+    Ok(applied)
+}
+
+fn command_info(doc: &CommandDoc) -> raw::RedisModuleCommandInfo {
+    // SAFETY (zeroed): both structs are plain C data; all-zero is the
+    // terminator the server looks for (begin_search_type INVALID, name NULL).
+    let mut key_spec: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
+    key_spec.flags = u64::from(doc.key_flags);
+    key_spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    key_spec.bs.index.pos = 1;
+    key_spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+    key_spec.fk.range.lastkey = 0;
+    key_spec.fk.range.keystep = 1;
+    key_spec.fk.range.limit = 0;
+    let key_specs = leak_terminated(vec![key_spec]);
+
+    let args = doc
+        .args
+        .iter()
+        .map(|arg| raw::RedisModuleCommandArg {
+            name: arg.name.as_ptr(),
+            type_: arg.kind.raw(),
+            key_spec_index: if matches!(arg.kind, Kind::Key) { 0 } else { -1 },
+            token: arg.token.map_or(ptr::null(), CStr::as_ptr),
+            summary: arg.summary.as_ptr(),
+            since: ptr::null(),
+            flags: if arg.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int } else { 0 },
+            deprecated_since: ptr::null(),
+            subargs: ptr::null_mut(),
+            display_text: ptr::null(),
+        })
+        .collect();
+    let args = leak_terminated(args);
+
+    raw::RedisModuleCommandInfo {
+        version: &INFO_VERSION,
+        summary: doc.summary.as_ptr(),
+        complexity: doc.complexity.as_ptr(),
+        since: SINCE.as_ptr(),
+        history: ptr::null_mut(),
+        tips: doc.tips.map_or(ptr::null(), CStr::as_ptr),
+        arity: doc.arity,
+        key_specs,
+        args,
+    }
+}
+
+/// Leaks `items` followed by an all-zero terminator; returns the first element.
+fn leak_terminated<T>(mut items: Vec<T>) -> *mut T {
+    // SAFETY: only used with the plain C structs above, for which all-zero
+    // bytes are a valid value (and the terminator).
+    items.push(unsafe { std::mem::zeroed() });
+    Box::leak(items.into_boxed_slice()).as_mut_ptr()
+}
