@@ -6,7 +6,7 @@ PORT    ?= 6379
 CARGO   ?= cargo
 MODULE  := target/release/libxcloak.so
 
-.PHONY: deps build run test unit clean
+.PHONY: deps build run test unit clean fault-module fuzz
 
 deps:
 	@scripts/ensure-deps.sh
@@ -25,8 +25,22 @@ run: build
 	redis-server redis.conf.example --port $(PORT)
 
 # The whole suite: unit tests, then integration tests against real servers.
-test: build
+test: build fault-module
 	$(CARGO) test -- --test-threads=2
+
+# A dev build with the test-only `fault-injection` feature, for tests/panic_safety.rs
+# (copied aside: a plain `cargo test` rebuilds target/debug/libxcloak.so without it).
+FAULT_MODULE := target/fault/libxcloak.so
+fault-module: deps
+	$(CARGO) build --features fault-injection
+	@mkdir -p target/fault && cp target/debug/libxcloak.so $(FAULT_MODULE)
+
+# Coverage-guided fuzzing on stable Rust (libFuzzer + SanitizerCoverage flags, see
+# docs/hardening.md); not part of `make test`. FUZZ_SECONDS per target (default 60).
+FUZZ_SECONDS ?= 60
+fuzz:
+	@scripts/ensure-deps.sh g++
+	scripts/fuzz.sh $(FUZZ_SECONDS)
 
 unit:
 	$(CARGO) test --lib

@@ -75,6 +75,12 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         }
     };
 
+    // Test-only trigger (never in a default build): proves a panic becomes an error reply.
+    #[cfg(feature = "fault-injection")]
+    if bytes_of(strings[1]) == b"xcloak:fault:panic" {
+        panic!("xcloak fault injection: deliberate panic on key xcloak:fault:panic");
+    }
+
     let server_ms = unsafe { api!(RedisModule_Milliseconds)() };
     let now_ms = request.now_ms.unwrap_or(server_ms);
     // SAFETY: `ctx` and the key argument belong to this call.
