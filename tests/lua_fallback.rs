@@ -1,0 +1,539 @@
+//! The portable Lua fallback (`src/lua/xcloak_allow.lua`) is proven equal to
+//! XCLOAK.ALLOW, not assumed: random call sequences run through both, and
+//! every reply, every member (name and score) and the TTL state are compared
+//! after every call. Same members means the two can share a key: that is
+//! tested too, with the limit held exactly. The fallback also runs on a
+//! server without the module, and replicates effects only.
+//!
+//! Each call runs in MULTI with a PTTL and a PERSIST of its key: the TTL is
+//! checked, then removed, so a key can never expire by the wall clock in the
+//! middle of a sequence that runs on simulated `NOW` time.
+mod common;
+use common::*;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use redis::{Connection, RedisError, RedisResult, Value};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const FALLBACK: &str = include_str!("../src/lua/xcloak_allow.lua");
+const MAX_EXACT_MS: i64 = 9_007_199_254_740_991;
+
+/// Which implementation answers a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    Native,
+    Lua,
+}
+
+/// A reply, normalised so both implementations compare field by field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Reply {
+    Int(i64),
+    Fields(Vec<i64>),
+    Error(String),
+    Other(String),
+}
+
+fn error_text(error: &RedisError) -> String {
+    format!("{} {}", error.code().unwrap_or("?"), error.detail().unwrap_or(""))
+}
+
+fn normalise(value: RedisResult<Value>) -> Reply {
+    match value {
+        Ok(Value::Int(n)) => Reply::Int(n),
+        Ok(Value::Array(items)) if items.iter().all(|v| matches!(v, Value::Int(_))) => {
+            Reply::Fields(items.iter().map(|v| if let Value::Int(n) = v { *n } else { unreachable!() }).collect())
+        }
+        Ok(Value::ServerError(error)) => {
+            Reply::Error(format!("{} {}", error.code(), error.details().unwrap_or("")))
+        }
+        Ok(other) => Reply::Other(format!("{other:?}")),
+        Err(error) => Reply::Error(error_text(&error)),
+    }
+}
+
+fn load_fallback(conn: &mut Connection) -> String {
+    redis::cmd("SCRIPT").arg("LOAD").arg(FALLBACK).query(conn).unwrap()
+}
+
+fn call_cmd(via: Via, sha: &str, key: &str, args: &[String]) -> redis::Cmd {
+    let mut cmd = match via {
+        Via::Native => {
+            let mut cmd = redis::cmd("XCLOAK.ALLOW");
+            cmd.arg(key);
+            cmd
+        }
+        Via::Lua => {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(sha).arg(1).arg(key);
+            cmd
+        }
+    };
+    cmd.arg(args);
+    cmd
+}
+
+/// One call outside MULTI (for errors and clock-based calls).
+fn call(conn: &mut Connection, via: Via, sha: &str, key: &str, args: &[String]) -> Reply {
+    normalise(call_cmd(via, sha, key, args).query(conn))
+}
+
+/// What one call left behind: its reply, the key's entries, its PTTL.
+#[derive(Debug, PartialEq)]
+struct Observed {
+    reply: Reply,
+    entries: Vec<(String, String)>,
+    pttl: i64,
+}
+
+/// The call, then ZRANGE WITHSCORES, PTTL and PERSIST of the key, atomically.
+fn observe(conn: &mut Connection, via: Via, sha: &str, key: &str, args: &[String]) -> Observed {
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .add_command(call_cmd(via, sha, key, args))
+        .cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES")
+        .cmd("PTTL").arg(key)
+        .cmd("PERSIST").arg(key).ignore();
+    let (reply, entries, pttl): (Value, Vec<(String, String)>, i64) =
+        pipe.query(conn).unwrap_or_else(|e| panic!("{via:?} {key} {args:?}: {e}"));
+    Observed { reply: normalise(Ok(reply)), entries, pttl }
+}
+
+/// The TTL a call may leave: none (-2), untouched since the last PERSIST (-1),
+/// or set by an admission to at most window + 1000 ms.
+fn assert_ttl(observed: &Observed, window: i64, what: &str) {
+    let pttl = observed.pttl;
+    assert!(
+        pttl == -2 || pttl == -1 || (1..=window + 1000).contains(&pttl),
+        "{what}: PTTL {pttl} out of bounds for window {window}"
+    );
+    assert_eq!(pttl == -2, observed.entries.is_empty(), "{what}: a key exists iff it has entries");
+}
+
+// ---------------------------------------------------------------- generator
+
+/// A step of simulated time, relative to the window.
+#[derive(Clone, Copy, Debug)]
+enum Dt {
+    Zero,
+    One,
+    WindowMinus1,
+    Window,
+    WindowPlus1,
+    Forward(i64),
+    Back(i64),
+}
+
+#[derive(Clone, Debug)]
+struct Step {
+    dt: Dt,
+    cost: i64,
+    details: bool,
+    /// A new limit from this step on (the limit may change mid-sequence).
+    new_limit: Option<i64>,
+    /// Used by the interleaving test: which implementation makes this call.
+    via: Via,
+}
+
+#[derive(Clone, Debug)]
+struct Sequence {
+    start: i64,
+    window: i64,
+    limit: i64,
+    steps: Vec<Step>,
+}
+
+fn limit_strategy() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        3 => 0..=5i64,
+        3 => 0..=300i64,
+        1 => Just(1000i64),
+        2 => 1000..=2600i64,
+    ]
+}
+
+fn step_strategy() -> impl Strategy<Value = Step> {
+    let dt = prop_oneof![
+        4 => Just(Dt::Zero),
+        2 => Just(Dt::One),
+        1 => Just(Dt::WindowMinus1),
+        1 => Just(Dt::Window),
+        1 => Just(Dt::WindowPlus1),
+        2 => (0..5_000i64).prop_map(Dt::Forward),
+        1 => (1..1_000_000i64).prop_map(Dt::Back),
+    ];
+    let cost = prop_oneof![
+        6 => Just(1i64),
+        3 => 1..=10i64,
+        2 => 200..=1500i64,
+    ];
+    (dt, cost, any::<bool>(), prop::option::weighted(0.1, limit_strategy()), any::<bool>()).prop_map(
+        |(dt, cost, details, new_limit, lua)| Step { dt, cost, details, new_limit, via: if lua { Via::Lua } else { Via::Native } },
+    )
+}
+
+fn sequence_strategy() -> impl Strategy<Value = Sequence> {
+    let window = prop_oneof![
+        Just(1i64),
+        Just(2i64),
+        1..=100i64,
+        Just(1000i64),
+        Just(60_000i64),
+        Just(86_400_000i64),
+        Just(1i64 << 52),
+        Just(MAX_EXACT_MS),
+    ];
+    let start = prop_oneof![
+        Just(0i64),
+        0..1_000_000i64,
+        Just(1_732_941_234_567i64),
+        Just(MAX_EXACT_MS - 1_000_000_000),
+    ];
+    (start, window, limit_strategy(), prop::collection::vec(step_strategy(), 1..30))
+        .prop_map(|(start, window, limit, steps)| Sequence { start, window, limit, steps })
+}
+
+impl Sequence {
+    /// The argument lists of the calls, in order (always with NOW: both
+    /// implementations must see the same clock).
+    fn calls(&self) -> Vec<(Via, Vec<String>, i64)> {
+        let (mut now, mut limit) = (self.start, self.limit);
+        let w = self.window;
+        self.steps
+            .iter()
+            .map(|step| {
+                let delta = match step.dt {
+                    Dt::Zero => 0,
+                    Dt::One => 1,
+                    Dt::WindowMinus1 => w - 1,
+                    Dt::Window => w,
+                    Dt::WindowPlus1 => w.saturating_add(1),
+                    Dt::Forward(d) => d,
+                    // A Lua reply is a double: with a window near 2^53, an entry
+                    // stamped after NOW makes retry/reset exceed 2^53 - 1, which
+                    // the script rounds (its one documented difference).
+                    Dt::Back(_) if w > 1 << 52 => 0,
+                    Dt::Back(d) => -d,
+                };
+                now = now.saturating_add(delta).clamp(0, MAX_EXACT_MS);
+                if let Some(new_limit) = step.new_limit {
+                    limit = new_limit;
+                }
+                let mut args = vec![w.to_string(), limit.to_string(), "NOW".into(), now.to_string()];
+                if step.cost != 1 || step.details {
+                    args.extend(["COST".into(), step.cost.to_string()]);
+                }
+                if step.details {
+                    args.push("DETAILS".into());
+                }
+                (step.via, args, w)
+            })
+            .collect()
+    }
+}
+
+fn runner(cases: u32) -> TestRunner {
+    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
+}
+
+static KEYS: AtomicUsize = AtomicUsize::new(0);
+
+fn fresh_key(prefix: &str) -> String {
+    format!("{prefix}:{}", KEYS.fetch_add(1, Ordering::SeqCst))
+}
+
+// -------------------------------------------------------------------- tests
+
+/// Same server, two keys: the fallback and the command agree on every reply,
+/// every member and score, and the TTL state, after every call.
+#[test]
+fn fallback_equals_the_command_on_random_sequences() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_fallback(&mut conn);
+    let conn = RefCell::new(conn);
+    runner(64)
+        .run(&sequence_strategy(), |sequence| {
+            let mut conn = conn.borrow_mut();
+            let (lua_key, native_key) = (fresh_key("lua"), fresh_key("native"));
+            for (i, (_, args, window)) in sequence.calls().into_iter().enumerate() {
+                let lua = observe(&mut conn, Via::Lua, &sha, &lua_key, &args);
+                let native = observe(&mut conn, Via::Native, &sha, &native_key, &args);
+                let what = format!("call {i} {args:?}");
+                prop_assert!(
+                    matches!(native.reply, Reply::Int(_) | Reply::Fields(_)),
+                    "{what}: native replied {:?}", native.reply
+                );
+                prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
+                prop_assert_eq!(&lua.entries, &native.entries, "{}: members and scores", what);
+                assert_ttl(&lua, window, &what);
+                assert_ttl(&native, window, &what);
+                prop_assert_eq!(lua.pttl == -1, native.pttl == -1, "{}: TTL touched by one only", what);
+            }
+            let _: () = redis::cmd("DEL").arg(&lua_key).arg(&native_key).query(&mut conn).unwrap();
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// One key, calls alternating at random between the command and the fallback,
+/// against a key driven by the command alone: same replies and same members,
+/// so a deployment can switch either way on live keys.
+#[test]
+fn command_and_fallback_share_a_key() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_fallback(&mut conn);
+    let conn = RefCell::new(conn);
+    runner(48)
+        .run(&sequence_strategy(), |sequence| {
+            let mut conn = conn.borrow_mut();
+            let (mixed_key, native_key) = (fresh_key("mixed"), fresh_key("reference"));
+            for (i, (via, args, _)) in sequence.calls().into_iter().enumerate() {
+                let mixed = observe(&mut conn, via, &sha, &mixed_key, &args);
+                let reference = observe(&mut conn, Via::Native, &sha, &native_key, &args);
+                let what = format!("call {i} via {via:?} {args:?}");
+                prop_assert_eq!(&mixed.reply, &reference.reply, "{}: replies", what);
+                prop_assert_eq!(&mixed.entries, &reference.entries, "{}: members and scores", what);
+            }
+            let _: () = redis::cmd("DEL").arg(&mixed_key).arg(&native_key).query(&mut conn).unwrap();
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Thousands of admissions in one millisecond, alternating implementations
+/// across the member format switch (k = 1000): no collision, exact limit.
+#[test]
+fn same_millisecond_admissions_alternating_hold_the_limit_exactly() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_fallback(&mut conn);
+    let now = 1_732_941_234_567i64;
+    let args = |cost: i64| -> Vec<String> {
+        ["60000", "2500", "NOW", &now.to_string(), "COST", &cost.to_string()].map(String::from).to_vec()
+    };
+    let mut admitted = 0;
+    for (i, via) in [Via::Native, Via::Lua].iter().cycle().take(9).enumerate() {
+        let reply = call(&mut conn, *via, &sha, "k", &args(300));
+        let expected = if i < 8 { 1 } else { 0 };
+        assert_eq!(reply, Reply::Int(expected), "call {i} via {via:?}");
+        admitted += expected * 300;
+    }
+    assert_eq!(call(&mut conn, Via::Lua, &sha, "k", &args(101)), Reply::Int(0), "2400 + 101 > 2500");
+    assert_eq!(call(&mut conn, Via::Lua, &sha, "k", &args(100)), Reply::Int(1));
+    admitted += 100;
+    assert_eq!(call(&mut conn, Via::Native, &sha, "k", &args(1)), Reply::Int(0), "the window is full");
+    let members = entries(&mut conn, "k");
+    assert_eq!(members.len() as i64, admitted, "every admission has its own member");
+    assert_eq!(admitted, 2500);
+    assert_eq!(members[999].0, format!("{now}999"));
+    assert_eq!(members[1000].0, format!("{now}:0000001000"));
+    assert_eq!(members[2499].0, format!("{now}:0000002499"));
+}
+
+/// Entries written by the article's script (members "now-seq") share a key with
+/// the fallback and the command: both count them and never collide with them.
+#[test]
+fn article_entries_are_counted_and_never_collide() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_fallback(&mut conn);
+    for key in ["via-lua", "via-native"] {
+        for _ in 0..3 {
+            assert_eq!(article_at(&mut conn, key, 1000, 5, 7000), 1);
+        }
+    }
+    let args: Vec<String> = ["1000", "5", "NOW", "7000", "COST", "2", "DETAILS"].map(String::from).to_vec();
+    let lua = call(&mut conn, Via::Lua, &sha, "via-lua", &args);
+    let native = call(&mut conn, Via::Native, &sha, "via-native", &args);
+    assert_eq!(lua, Reply::Fields(vec![1, 5, 0, 0, 1000]));
+    assert_eq!(lua, native);
+    assert_eq!(entries(&mut conn, "via-lua"), entries(&mut conn, "via-native"));
+    let members: Vec<String> = entries(&mut conn, "via-lua").into_iter().map(|(m, _)| m).collect();
+    assert_eq!(members, ["7000-1", "7000-2", "7000-3", "7000000", "7000001"]);
+}
+
+/// Every bad call is an error from both, with the same text, and changes nothing.
+#[test]
+fn errors_match_the_command() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_fallback(&mut conn);
+    let _: i64 = redis::cmd("ZADD").arg("z").arg(5).arg("5000").query(&mut conn).unwrap();
+    let _: () = redis::cmd("SET").arg("s").arg("text").query(&mut conn).unwrap();
+    let bad: &[&[&str]] = &[
+        &[],
+        &["10"],
+        &["0", "1"],
+        &["-1", "1"],
+        &["9007199254740992", "1"],
+        &["99999999999999999999999", "1"],
+        &["1.5", "1"],
+        &["+1", "1"],
+        &[" 1", "1"],
+        &["01", "1"],
+        &["0x10", "1"],
+        &["1e3", "1"],
+        &["", "1"],
+        &["10", "-1"],
+        &["10", "1000001"],
+        &["10", "abc"],
+        &["10", "1", "COST"],
+        &["10", "1", "COST", "0"],
+        &["10", "1", "COST", "1000001"],
+        &["10", "1", "COST", "1", "cost", "2"],
+        &["10", "1", "NOW"],
+        &["10", "1", "NOW", "-1"],
+        &["10", "1", "NOW", "9007199254740992"],
+        &["10", "1", "NOW", "1", "NOW", "1"],
+        &["10", "1", "DETAILS", "details"],
+        &["10", "1", "FOO"],
+        &["10", "1", "it's\r\nlong-and-weird-\u{1}-token-of-more-than-32-bytes"],
+        &["10", "1", "DETAILS", "NOW", "5", "EXTRA"],
+    ];
+    let before = entries(&mut conn, "z");
+    for args in bad {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let lua = call(&mut conn, Via::Lua, &sha, "z", &args);
+        let native = call(&mut conn, Via::Native, &sha, "z", &args);
+        assert!(matches!(native, Reply::Error(_)), "{args:?}: native replied {native:?}");
+        assert_eq!(lua, native, "{args:?}");
+        assert_eq!(entries(&mut conn, "z"), before, "{args:?} changed the key");
+    }
+    // Another type: WRONGTYPE from both, value untouched.
+    let args: Vec<String> = vec!["10".into(), "1".into()];
+    let lua = call(&mut conn, Via::Lua, &sha, "s", &args);
+    assert_eq!(lua, Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
+    assert_eq!(lua, call(&mut conn, Via::Native, &sha, "s", &args));
+    let text: String = redis::cmd("GET").arg("s").query(&mut conn).unwrap();
+    assert_eq!(text, "text");
+    // The script takes exactly one key (the command has no way to get this wrong).
+    for keys in [0, 2] {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&sha).arg(keys);
+        for k in 0..keys {
+            cmd.arg(format!("k{k}"));
+        }
+        cmd.arg("10").arg("1");
+        match normalise(cmd.query(&mut conn)) {
+            Reply::Error(text) => assert!(text.contains("exactly one key"), "{text}"),
+            other => panic!("{keys} keys: {other:?}"),
+        }
+    }
+}
+
+/// Without NOW the fallback stamps entries with the server's TIME, in ms.
+#[test]
+fn without_now_the_server_clock_is_used() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_fallback(&mut conn);
+    let server_ms = |conn: &mut Connection| -> i64 {
+        let (sec, usec): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+        sec * 1000 + usec / 1000
+    };
+    let args: Vec<String> = ["60000", "3", "DETAILS"].map(String::from).to_vec();
+    let before = server_ms(&mut conn);
+    for remaining in [2, 1, 0] {
+        // Admitted: the newest entry is this call's, so the reset is the window.
+        assert_eq!(call(&mut conn, Via::Lua, &sha, "clock", &args), Reply::Fields(vec![1, 3, remaining, 0, 60_000]));
+    }
+    let after = server_ms(&mut conn);
+    match call(&mut conn, Via::Lua, &sha, "clock", &args) {
+        Reply::Fields(f) => {
+            assert_eq!(&f[..3], &[0, 3, 0]);
+            assert!((1..=60_000).contains(&f[3]) && (f[3]..=60_000).contains(&f[4]), "{f:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    for (_, score) in entries(&mut conn, "clock") {
+        assert!((before as f64..=after as f64).contains(&score), "{score} outside [{before}, {after}]");
+    }
+    let pttl: i64 = redis::cmd("PTTL").arg("clock").query(&mut conn).unwrap();
+    assert!((1..=61_000).contains(&pttl), "{pttl}");
+}
+
+/// A server without the module: the fallback alone gives the command's replies
+/// and members (the command runs on a second server with the module).
+#[test]
+fn fallback_works_without_the_module() {
+    let plain = ServerConfig::without_module().start();
+    let with_module = Server::start();
+    let (mut plain_conn, module_conn) = (plain.client(), with_module.client());
+    let unknown = call(&mut plain_conn, Via::Native, "", "k", &["10".into(), "1".into()]);
+    match unknown {
+        Reply::Error(text) => assert!(text.starts_with("ERR unknown command"), "{text}"),
+        other => panic!("the plain server knows XCLOAK.ALLOW? {other:?}"),
+    }
+    let sha = load_fallback(&mut plain_conn);
+    let conns = RefCell::new((plain_conn, module_conn));
+    runner(24)
+        .run(&sequence_strategy(), |sequence| {
+            let mut conns = conns.borrow_mut();
+            let (plain_conn, module_conn) = &mut *conns;
+            let key = fresh_key("plain");
+            for (i, (_, args, window)) in sequence.calls().into_iter().enumerate() {
+                let lua = observe(plain_conn, Via::Lua, &sha, &key, &args);
+                let native = observe(module_conn, Via::Native, "", &key, &args);
+                let what = format!("call {i} {args:?}");
+                prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
+                prop_assert_eq!(&lua.entries, &native.entries, "{}: members and scores", what);
+                assert_ttl(&lua, window, &what);
+                prop_assert_eq!(lua.pttl == -1, native.pttl == -1, "{}: TTL touched by one only", what);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// The fallback replicates effects: a replica without the module (and without
+/// the script) ends with the same members, scores and an absolute expiry, and
+/// never runs the script itself.
+#[test]
+fn fallback_replicates_effects_only() {
+    let primary = ServerConfig::without_module().start();
+    let replica = ServerConfig::without_module().start();
+    let (mut conn, mut replica_conn) = (primary.client(), replica.client());
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut replica_conn).unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || info_field(&mut replica_conn, "replication", "master_link_status").as_deref() == Some("up")),
+        "replica never linked"
+    );
+    let sha = load_fallback(&mut conn);
+    for i in 0..300 {
+        let key = format!("r{}", i % 7);
+        let mut args: Vec<String> = vec!["60000".into(), "40".into(), "COST".into(), (1 + i % 3).to_string()];
+        if i % 5 == 0 {
+            args.extend(["NOW".to_string(), (1_732_941_234_567i64 + i as i64).to_string()]);
+        }
+        assert!(matches!(call(&mut conn, Via::Lua, &sha, &key, &args), Reply::Int(_)));
+    }
+    let offset = info_field(&mut conn, "replication", "master_repl_offset").unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            info_field(&mut replica_conn, "replication", "slave_repl_offset").as_deref() == Some(offset.as_str())
+        }),
+        "replica did not catch up to offset {offset}"
+    );
+    for i in 0..7 {
+        let key = format!("r{i}");
+        assert_eq!(entries(&mut conn, &key), entries(&mut replica_conn, &key), "{key}");
+        let expire_at = |c: &mut Connection| -> i64 {
+            // PEXPIRETIME is 7.0+; on 6.2 compare PTTL within the time the check takes.
+            redis::cmd("PTTL").arg(&key).query(c).unwrap()
+        };
+        let (on_primary, on_replica) = (expire_at(&mut conn), expire_at(&mut replica_conn));
+        assert!(on_primary > 0 && on_replica > 0 && on_replica <= 61_000, "{key}: {on_primary} / {on_replica}");
+        if at_least_7_0() {
+            let exact = |c: &mut Connection| -> i64 { redis::cmd("PEXPIRETIME").arg(&key).query(c).unwrap() };
+            assert_eq!(exact(&mut conn), exact(&mut replica_conn), "{key}: same absolute expiry");
+        }
+    }
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut replica_conn).unwrap();
+    assert!(!stats.contains("cmdstat_evalsha") && !stats.contains("cmdstat_eval:"), "the replica ran the script:\n{stats}");
+    assert!(stats.contains("cmdstat_zadd"), "the replica got no ZADD:\n{stats}");
+}
