@@ -55,8 +55,10 @@ pub struct ZsetKey {
     /// Entries removed by `trim`, and the cutoff used, for replication.
     trimmed: u64,
     cutoff_ms: i64,
-    /// Members added by `record`, and their score, for replication.
-    added: Vec<Owned>,
+    /// Members added by `record`, and their score, for replication. The
+    /// first is held inline: an admission of cost 1 allocates nothing.
+    first_added: Option<Owned>,
+    more_added: Vec<Owned>,
     added_at_ms: i64,
 }
 
@@ -84,7 +86,17 @@ impl ZsetKey {
             raw::REDISMODULE_READ
         };
         let key = unsafe { api!(RedisModule_OpenKey)(ctx, name, mode as c_int) };
-        let opened = ZsetKey { ctx, key, name, writable, trimmed: 0, cutoff_ms: 0, added: Vec::new(), added_at_ms: 0 };
+        let opened = ZsetKey {
+            ctx,
+            key,
+            name,
+            writable,
+            trimmed: 0,
+            cutoff_ms: 0,
+            first_added: None,
+            more_added: Vec::new(),
+            added_at_ms: 0,
+        };
         let key_type = unsafe { api!(RedisModule_KeyType)(key) } as isize;
         if key_type == raw::REDISMODULE_KEYTYPE_EMPTY || key_type == raw::REDISMODULE_KEYTYPE_ZSET {
             Opened::Ready(opened)
@@ -155,15 +167,20 @@ impl ZsetKey {
                     notify(ctx, raw::NotifyEvent::GENERIC.bits(), c"del".as_ptr(), self.name);
                 }
             }
-            if !self.added.is_empty() {
+            if let Some(first) = &self.first_added {
                 self.expire_at(expire_at_ms);
-                let score = Owned::from_i64(ctx, self.added_at_ms);
-                let mut argv: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(self.added.len() * 2);
-                for member in &self.added {
-                    argv.push(score.string);
-                    argv.push(member.string);
+                if self.more_added.is_empty() {
+                    // The common case, cost 1: no argument vector to build.
+                    replicate(ctx, c"ZADD".as_ptr(), c"sls".as_ptr(), self.name, self.added_at_ms as std::ffi::c_longlong, first.string);
+                } else {
+                    let score = Owned::from_i64(ctx, self.added_at_ms);
+                    let mut argv: Vec<*mut raw::RedisModuleString> = Vec::with_capacity((1 + self.more_added.len()) * 2);
+                    for member in std::iter::once(first).chain(&self.more_added) {
+                        argv.push(score.string);
+                        argv.push(member.string);
+                    }
+                    replicate(ctx, c"ZADD".as_ptr(), c"sv".as_ptr(), self.name, argv.as_ptr(), argv.len());
                 }
-                replicate(ctx, c"ZADD".as_ptr(), c"sv".as_ptr(), self.name, argv.as_ptr(), argv.len());
                 replicate(ctx, c"PEXPIREAT".as_ptr(), c"sl".as_ptr(), self.name, expire_at_ms);
                 notify(ctx, raw::NotifyEvent::ZSET.bits(), c"zadd".as_ptr(), self.name);
                 notify(ctx, raw::NotifyEvent::GENERIC.bits(), c"expire".as_ptr(), self.name);
@@ -254,11 +271,10 @@ impl Log for ZsetKey {
     fn record(&mut self, now_ms: i64, cost: u64) {
         debug_assert!(self.writable);
         self.added_at_ms = now_ms;
-        self.added.reserve(cost as usize);
         let mut slot = self.next_slot(now_ms);
         let mut buffer = [0u8; 48];
-        let target = self.added.len() as u64 + cost;
-        while (self.added.len() as u64) < target {
+        let mut added = 0;
+        while added < cost {
             let member = Owned::from_bytes(self.ctx, format_member(&mut buffer, now_ms, slot));
             slot += 1;
             let mut flags = raw::REDISMODULE_ZADD_NX as c_int;
@@ -270,7 +286,16 @@ impl Log for ZsetKey {
             }
             // NOP: that member exists (another writer's); try the next slot.
             if flags & raw::REDISMODULE_ZADD_ADDED as c_int != 0 {
-                self.added.push(member);
+                match self.first_added {
+                    None => self.first_added = Some(member),
+                    Some(_) => {
+                        if self.more_added.is_empty() {
+                            self.more_added.reserve(cost as usize - 1);
+                        }
+                        self.more_added.push(member);
+                    }
+                }
+                added += 1;
             }
         }
     }
