@@ -109,6 +109,32 @@ impl ServerConfig {
     pub fn start(self) -> Server {
         Server::start_with(self)
     }
+    /// Starts a server that must refuse to start (e.g. the module refuses to
+    /// load) and returns its log once it has exited. Panics if it serves.
+    pub fn start_expecting_exit(self) -> String {
+        let server = Server::prepare(self);
+        let mut child = Command::new(server_binary())
+            .args(server.command_line())
+            .current_dir(&server.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                return server.log();
+            }
+            let serving = server.try_client().and_then(|mut c| redis::cmd("PING").query::<String>(&mut c)).is_ok();
+            if serving || Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("server on {} should have refused to start:\n{}", server.port, server.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 pub struct Server {
@@ -125,13 +151,18 @@ impl Server {
     }
 
     pub fn start_with(config: ServerConfig) -> Server {
+        let mut server = Server::prepare(config);
+        server.launch();
+        server
+    }
+
+    /// A port and an empty directory, not started yet.
+    fn prepare(config: ServerConfig) -> Server {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("xcloak-test-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("test directory");
-        let mut server = Server { port, dir, config, child: None };
-        server.launch();
-        server
+        Server { port, dir, config, child: None }
     }
 
     fn command_line(&self) -> Vec<String> {
