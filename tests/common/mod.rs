@@ -142,6 +142,8 @@ pub struct Server {
     pub dir: PathBuf,
     pub config: ServerConfig,
     child: Option<Child>,
+    /// Set by `wait_ready` when another process's server holds our port.
+    port_taken: bool,
 }
 
 impl Server {
@@ -151,9 +153,15 @@ impl Server {
     }
 
     pub fn start_with(config: ServerConfig) -> Server {
-        let mut server = Server::prepare(config);
-        server.launch();
-        server
+        // Another test process may bind the port between free_port() and our
+        // bind (helpers run suites concurrently): then take the next port.
+        for _ in 0..5 {
+            let mut server = Server::prepare(config.clone());
+            if server.try_launch() {
+                return server;
+            }
+        }
+        panic!("no free port after 5 attempts");
     }
 
     /// A port and an empty directory, not started yet.
@@ -162,7 +170,7 @@ impl Server {
         let dir = std::env::temp_dir().join(format!("xcloak-test-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("test directory");
-        Server { port, dir, config, child: None }
+        Server { port, dir, config, child: None, port_taken: false }
     }
 
     fn command_line(&self) -> Vec<String> {
@@ -188,6 +196,13 @@ impl Server {
     }
 
     fn launch(&mut self) {
+        assert!(self.try_launch(), "port {} was taken by another process's server", self.port);
+    }
+
+    /// `launch`, but false (and no process left) when another process's
+    /// server holds the port.
+    fn try_launch(&mut self) -> bool {
+        self.port_taken = false;
         let child = Command::new(server_binary())
             .args(self.command_line())
             .current_dir(&self.dir)
@@ -198,6 +213,16 @@ impl Server {
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
         self.child = Some(child);
         self.wait_ready();
+        !self.port_taken
+    }
+
+    /// Whether the server answering on `conn` is our child (not another
+    /// process's server on the same port).
+    fn answered_by_child(&self, conn: &mut Connection) -> bool {
+        let Some(child) = self.child.as_ref() else { return false };
+        let info: String = redis::cmd("INFO").arg("server").query(conn).unwrap_or_default();
+        let pid = info.lines().find_map(|l| l.strip_prefix("process_id:")).map(|v| v.trim().to_string());
+        pid.map_or(true, |pid| pid == child.id().to_string())
     }
 
     fn wait_ready(&mut self) {
@@ -205,13 +230,27 @@ impl Server {
         loop {
             if let Ok(mut conn) = self.try_client() {
                 let pong: RedisResult<String> = redis::cmd("PING").query(&mut conn);
-                if pong.is_ok() {
+                if pong.is_ok() && self.answered_by_child(&mut conn) {
                     // Still loading an AOF/RDB answers -LOADING; PING passing means ready.
+                    return;
+                }
+                if pong.is_ok() {
+                    // Someone else's server: ours cannot bind; stop it and report.
+                    if let Some(mut child) = self.child.take() {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                    self.port_taken = true;
                     return;
                 }
             }
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
+                    if self.log().contains("Address already in use") {
+                        self.child = None;
+                        self.port_taken = true;
+                        return;
+                    }
                     panic!("server exited ({status}) on port {}:\n{}", self.port, self.log());
                 }
             }
