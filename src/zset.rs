@@ -28,6 +28,9 @@ pub const TTL_MARGIN_MS: i64 = 1000;
 /// Largest `k` stored in the compact integer form of a member.
 const COMPACT_SLOTS: i64 = 1000;
 
+/// Expired members `trim` collects in its single pass over the range.
+const TRIM_BATCH: usize = 16;
+
 /// Calls a function of the module API. Every one used here exists on all
 /// supported servers (checked at load, see `lib.rs`).
 macro_rules! api {
@@ -226,16 +229,35 @@ impl Log for ZsetKey {
         if !self.seek(f64::NEG_INFINITY, cutoff, false, true) {
             return 0;
         }
+        // One pass over the expired range collects up to TRIM_BATCH members
+        // (the API forbids removing while iterating); a steady window sheds
+        // one or two entries per call.
+        let mut expired: [Option<Owned>; TRIM_BATCH] = [const { None }; TRIM_BATCH];
+        let mut collected = 0;
+        let more = loop {
+            expired[collected] = Some(self.current().0);
+            collected += 1;
+            let next = unsafe { api!(RedisModule_ZsetRangeNext)(self.key) } != 0;
+            if !next || collected == TRIM_BATCH {
+                break next;
+            }
+        };
         self.stop();
-        // Nothing live left: drop the whole key at once.
-        if !self.seek(cutoff, f64::INFINITY, true, true) {
+        if !more && collected as u64 == self.len() || more && !self.seek(cutoff, f64::INFINITY, true, true) {
+            // Nothing live left: drop the whole key at once.
             self.trimmed = self.len();
             unsafe { api!(RedisModule_DeleteKey)(self.key) };
             return self.trimmed;
         }
-        self.stop();
-        // Remove one at a time: the API forbids removing while iterating.
-        while self.seek(f64::NEG_INFINITY, cutoff, false, true) {
+        if more {
+            self.stop();
+        }
+        for member in expired.iter().flatten() {
+            unsafe { api!(RedisModule_ZsetRem)(self.key, member.string, ptr::null_mut()) };
+        }
+        self.trimmed = collected as u64;
+        // A long backlog (more than a batch expired at once): one at a time.
+        while more && self.seek(f64::NEG_INFINITY, cutoff, false, true) {
             let (member, _) = self.current();
             self.stop();
             unsafe { api!(RedisModule_ZsetRem)(self.key, member.string, ptr::null_mut()) };
