@@ -13,6 +13,10 @@
 //! file registers everything with the server, with [`metadata`] (COMMAND DOCS,
 //! ACL categories) and [`config`] (`MAX-LIMIT`, `xcloak.max-limit`).
 
+// Unit tests build without the registration (`module`), which is what uses
+// the handlers, metadata and config.
+#![cfg_attr(test, allow(dead_code))]
+
 mod args;
 mod commands;
 mod config;
