@@ -287,3 +287,53 @@ fn random_argument_vectors_never_kill_the_server_nor_write_on_error() {
     eprintln!("random vectors: {errors} errors, {replies} replies");
     assert!(errors > 100 && replies > 10, "the generator reaches both: {errors} errors, {replies} replies");
 }
+
+/// A clock that steps backwards (simulated with NOW; the server's own clock
+/// cannot be stepped from a test): `retry_after_ms` is never negative except
+/// the documented -1 (cost > limit), `reset_after_ms` never negative, and no
+/// entry that is still inside the window at `now` is ever removed.
+#[test]
+fn a_clock_stepping_backwards_never_gives_negative_waits_nor_loses_entries() {
+    let server = Server::start();
+    let conn = std::cell::RefCell::new(server.client());
+    let steps = prop_oneof![
+        Just(0i64), Just(1), Just(-1), (-3000i64..3000), (-200_000i64..-1000), Just(-1_000_000),
+    ];
+    let sequence = (1i64..2000, 0i64..12, proptest::collection::vec((steps, 1i64..4, any::<bool>()), 1..40));
+    let case = std::cell::Cell::new(0u32);
+    let mut runner = TestRunner::new(Config { cases: 60, failure_persistence: None, ..Config::default() });
+    runner
+        .run(&sequence, |(window, limit, calls)| {
+            let conn = &mut *conn.borrow_mut();
+            case.set(case.get() + 1);
+            let key = format!("clock:{}", case.get());
+            let mut now = 1_700_000_000_000i64;
+            for (step, cost, is_peek) in calls {
+                now += step;
+                let before = entries(conn, &key);
+                let mut cmd = redis::cmd(if is_peek { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" });
+                cmd.arg(&key).arg(window).arg(limit).arg("COST").arg(cost).arg("NOW").arg(now);
+                if !is_peek {
+                    cmd.arg("DETAILS");
+                }
+                let d: Vec<i64> = cmd.query(conn).unwrap();
+                let after = entries(conn, &key);
+                prop_assert!(d[3] >= 0 || (d[3] == -1 && cost > limit), "retry_after_ms {} at now {}: {:?}", d[3], now, d);
+                prop_assert!(d[4] >= 0, "reset_after_ms {} at now {}: {:?}", d[4], now, d);
+                if d[0] == 0 && cost <= limit {
+                    prop_assert!(d[3] >= 1, "a rejected call must wait: {:?}", d);
+                }
+                let live_before: Vec<&(String, f64)> = before.iter().filter(|(_, s)| *s as i64 > now - window).collect();
+                for entry in &live_before {
+                    prop_assert!(after.contains(entry), "entry {:?} live at {} was lost", entry, now);
+                }
+                let expected_len = if is_peek { before.len() } else { live_before.len() + if d[0] == 1 { cost as usize } else { 0 } };
+                prop_assert_eq!(after.len(), expected_len, "window size after the call at {}", now);
+                if is_peek {
+                    prop_assert_eq!(&after, &before, "PEEK wrote");
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
