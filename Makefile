@@ -6,7 +6,7 @@ PORT    ?= 6379
 CARGO   ?= cargo
 MODULE  := target/release/libxcloak.so
 
-.PHONY: deps build run test unit clean fault-module fuzz
+.PHONY: deps build run test unit clean fault-module fuzz example-deps
 
 deps:
 	@scripts/ensure-deps.sh
@@ -44,6 +44,11 @@ fuzz:
 
 unit:
 	$(CARGO) test --lib
+
+# Python (redis-py) and Node (node-redis) deps of docs/examples/, into their
+# git-ignored folders; tests/examples.rs runs this itself when they are missing.
+example-deps:
+	@scripts/example-deps.sh
 
 clean:
 	$(CARGO) clean

@@ -102,14 +102,13 @@ fn observe(conn: &mut Connection, via: Via, sha: &str, key: &str, args: &[String
     Observed { reply: normalise(Ok(reply)), entries, pttl }
 }
 
-/// The TTL a call may leave: none (-2), untouched since the last PERSIST (-1),
-/// or set by an admission to at most window + 1000 ms.
-fn assert_ttl(observed: &Observed, window: i64, what: &str) {
+/// The TTL state a call may leave: no key (-2), untouched since the last
+/// PERSIST (-1), or set by an admission. (Its exact value is checked outside
+/// MULTI in `ttl_is_window_plus_margin_from_the_server_clock`: inside EXEC,
+/// Redis 8 and Valkey compute PTTL against the time the EXEC started.)
+fn assert_ttl(observed: &Observed, what: &str) {
     let pttl = observed.pttl;
-    assert!(
-        pttl == -2 || pttl == -1 || (1..=window + 1000).contains(&pttl),
-        "{what}: PTTL {pttl} out of bounds for window {window}"
-    );
+    assert!(pttl == -2 || pttl == -1 || pttl > 0, "{what}: PTTL {pttl}");
     assert_eq!(pttl == -2, observed.entries.is_empty(), "{what}: a key exists iff it has entries");
 }
 
@@ -259,7 +258,7 @@ fn fallback_equals_the_command_on_random_sequences() {
         .run(&sequence_strategy(), |sequence| {
             let mut conn = conn.borrow_mut();
             let (lua_key, native_key) = (fresh_key("lua"), fresh_key("native"));
-            for (i, (_, args, window)) in sequence.calls().into_iter().enumerate() {
+            for (i, (_, args, _)) in sequence.calls().into_iter().enumerate() {
                 let lua = observe(&mut conn, Via::Lua, &sha, &lua_key, &args);
                 let native = observe(&mut conn, Via::Native, &sha, &native_key, &args);
                 let what = format!("call {i} {args:?}");
@@ -269,8 +268,8 @@ fn fallback_equals_the_command_on_random_sequences() {
                 );
                 prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
                 prop_assert_eq!(&lua.entries, &native.entries, "{}: members and scores", what);
-                assert_ttl(&lua, window, &what);
-                assert_ttl(&native, window, &what);
+                assert_ttl(&lua, &format!("{what} (script)"));
+                assert_ttl(&native, &format!("{what} (command)"));
                 prop_assert_eq!(lua.pttl == -1, native.pttl == -1, "{}: TTL touched by one only", what);
             }
             let _: () = redis::cmd("DEL").arg(&lua_key).arg(&native_key).query(&mut conn).unwrap();
@@ -401,6 +400,14 @@ fn errors_match_the_command() {
         let lua = call(&mut conn, Via::Lua, &sha, "z", &args);
         let native = call(&mut conn, Via::Native, &sha, "z", &args);
         assert!(matches!(native, Reply::Error(_)), "{args:?}: native replied {native:?}");
+        // Before 7.0 the server's arity error echoes the command name as typed
+        // (`XCLOAK.ALLOW` here); the script cannot know it and says `xcloak.allow`.
+        let native = match native {
+            Reply::Error(text) if !at_least_7_0() && text.contains("wrong number of arguments") => {
+                Reply::Error(text.replace("'XCLOAK.ALLOW'", "'xcloak.allow'"))
+            }
+            other => other,
+        };
         assert_eq!(lua, native, "{args:?}");
         assert_eq!(entries(&mut conn, "z"), before, "{args:?} changed the key");
     }
@@ -476,13 +483,13 @@ fn fallback_works_without_the_module() {
             let mut conns = conns.borrow_mut();
             let (plain_conn, module_conn) = &mut *conns;
             let key = fresh_key("plain");
-            for (i, (_, args, window)) in sequence.calls().into_iter().enumerate() {
+            for (i, (_, args, _)) in sequence.calls().into_iter().enumerate() {
                 let lua = observe(plain_conn, Via::Lua, &sha, &key, &args);
                 let native = observe(module_conn, Via::Native, "", &key, &args);
                 let what = format!("call {i} {args:?}");
                 prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
                 prop_assert_eq!(&lua.entries, &native.entries, "{}: members and scores", what);
-                assert_ttl(&lua, window, &what);
+                assert_ttl(&lua, &format!("{what} (script)"));
                 prop_assert_eq!(lua.pttl == -1, native.pttl == -1, "{}: TTL touched by one only", what);
             }
             Ok(())
@@ -536,4 +543,34 @@ fn fallback_replicates_effects_only() {
     let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut replica_conn).unwrap();
     assert!(!stats.contains("cmdstat_evalsha") && !stats.contains("cmdstat_eval:"), "the replica ran the script:\n{stats}");
     assert!(stats.contains("cmdstat_zadd"), "the replica got no ZADD:\n{stats}");
+}
+
+/// After an admission both set the key's expiry to server time + window +
+/// 1000 ms, absolute; a rejection leaves it alone. Bounded by TIME read
+/// before and after each call, so no assumption about speed is made.
+#[test]
+fn ttl_is_window_plus_margin_from_the_server_clock() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_fallback(&mut conn);
+    let time = |conn: &mut Connection| -> i64 {
+        let (sec, usec): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+        sec * 1000 + usec / 1000
+    };
+    let window = 60_000;
+    for via in [Via::Lua, Via::Native] {
+        let key = format!("ttl-{via:?}");
+        let args: Vec<String> = vec![window.to_string(), "1".into(), "NOW".into(), "5".into()];
+        let t0 = time(&mut conn);
+        assert_eq!(call(&mut conn, via, &sha, &key, &args), Reply::Int(1));
+        let t1 = time(&mut conn);
+        let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        let t2 = time(&mut conn);
+        assert!(pttl <= window + 1000 && pttl >= t0 + window + 1000 - t2, "{via:?}: PTTL {pttl} (t0 {t0}, t1 {t1}, t2 {t2})");
+        // A rejection (the NOW is ignored by the TTL, which follows the server clock).
+        let _: () = redis::cmd("PEXPIRE").arg(&key).arg(5_000_000).query(&mut conn).unwrap();
+        assert_eq!(call(&mut conn, via, &sha, &key, &args), Reply::Int(0));
+        let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        assert!(pttl > window + 1000, "{via:?}: a rejection changed the TTL to {pttl}");
+    }
 }

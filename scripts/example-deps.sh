@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Installs what the client examples under docs/examples/ need, when missing:
+#   python: python3 + venv (Debian packages), then redis-py from PyPI into
+#           docs/examples/python/.venv (pinned in requirements.txt)
+#   node:   nodejs + npm (Debian packages), then node-redis from the npm
+#           registry into docs/examples/node/node_modules (package-lock.json)
+# Both folders are git-ignored. A stamp records what was installed, so a second
+# run does nothing; a changed requirements.txt / package-lock.json reinstalls.
+# Safe to run concurrently (flock). Usage: scripts/example-deps.sh [python] [node]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+examples=docs/examples
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=(python node)
+
+exec 9>"$examples/.deps.lock"
+flock 9
+
+apt_install() {
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "example-deps: installing $* (apt)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+stamp_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+python_deps() {
+    local dir=$examples/python venv=$examples/python/.venv
+    command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+    # Debian splits venv/ensurepip out of python3.
+    if [ ! -x "$venv/bin/python" ] && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        apt_install python3-venv
+    fi
+    local want_stamp
+    want_stamp=$(stamp_of "$dir/requirements.txt")
+    if [ "$(cat "$venv/.installed" 2>/dev/null)" = "$want_stamp" ]; then
+        return
+    fi
+    echo "example-deps: creating $venv (redis-py from PyPI)" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir -r "$dir/requirements.txt"
+    echo "$want_stamp" >"$venv/.installed"
+}
+
+node_deps() {
+    local dir=$examples/node
+    command -v node >/dev/null 2>&1 || apt_install nodejs
+    command -v npm >/dev/null 2>&1 || apt_install npm
+    local want_stamp
+    want_stamp=$(stamp_of "$dir/package-lock.json")
+    if [ "$(cat "$dir/node_modules/.installed" 2>/dev/null)" = "$want_stamp" ]; then
+        return
+    fi
+    echo "example-deps: npm ci in $dir (node-redis from the npm registry)" >&2
+    npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error >/dev/null
+    echo "$want_stamp" >"$dir/node_modules/.installed"
+}
+
+for what in "${want[@]}"; do
+    case "$what" in
+        python) python_deps ;;
+        node) node_deps ;;
+        *) echo "example-deps: unknown '$what' (python, node)" >&2; exit 2 ;;
+    esac
+done
