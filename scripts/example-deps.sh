@@ -30,10 +30,6 @@ stamp_of() { sha256sum "$1" | cut -d' ' -f1; }
 python_deps() {
     local dir=$examples/python venv=$examples/python/.venv
     command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
-    # Debian splits venv/ensurepip out of python3.
-    if [ ! -x "$venv/bin/python" ] && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-        apt_install python3-venv
-    fi
     local want_stamp
     want_stamp=$(stamp_of "$dir/requirements.txt")
     if [ "$(cat "$venv/.installed" 2>/dev/null)" = "$want_stamp" ]; then
@@ -41,7 +37,12 @@ python_deps() {
     fi
     echo "example-deps: creating $venv (redis-py from PyPI)" >&2
     rm -rf "$venv"
-    python3 -m venv "$venv"
+    # Debian ships venv's pip bootstrap (ensurepip) separately, in python3-venv.
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+        rm -rf "$venv"
+        apt_install python3-venv
+        python3 -m venv "$venv"
+    fi
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir -r "$dir/requirements.txt"
     echo "$want_stamp" >"$venv/.installed"
 }
