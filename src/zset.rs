@@ -375,19 +375,36 @@ pub fn bytes_of<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
     }
 }
 
-/// Writes the member of slot `k` at `now_ms` into `buffer`.
+/// Writes the member of slot `k` at `now_ms` into `buffer` (by hand: this
+/// runs on every admission, and `core::fmt` costs more than the rest of it).
 pub fn format_member(buffer: &mut [u8; 48], now_ms: i64, k: i64) -> &[u8] {
-    use std::io::Write;
-    let mut cursor = std::io::Cursor::new(&mut buffer[..]);
     // now_ms <= 2^53 - 1, so now_ms * 1000 + 999 < 2^63: no overflow.
-    let written = if k < COMPACT_SLOTS {
-        write!(cursor, "{}", now_ms * COMPACT_SLOTS + k)
+    let len = if k < COMPACT_SLOTS {
+        write_decimal(&mut buffer[..], (now_ms * COMPACT_SLOTS + k) as u64, 1)
     } else {
-        write!(cursor, "{now_ms}:{k:010}")
+        let stamp = write_decimal(&mut buffer[..], now_ms as u64, 1);
+        buffer[stamp] = b':';
+        stamp + 1 + write_decimal(&mut buffer[stamp + 1..], k as u64, 10)
     };
-    debug_assert!(written.is_ok());
-    let len = cursor.position() as usize;
     &buffer[..len]
+}
+
+/// Writes `value` in decimal, zero-padded to `width` (<= 20) digits; returns the length.
+fn write_decimal(out: &mut [u8], mut value: u64, width: usize) -> usize {
+    let mut digits = [b'0'; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    let start = start.min(digits.len() - width);
+    let len = digits.len() - start;
+    out[..len].copy_from_slice(&digits[start..]);
+    len
 }
 
 /// The slot `k` of a member written at `now_ms` by this module, if it is one.
@@ -447,6 +464,16 @@ mod tests {
         assert_eq!(member_slot(b"1000-5", 1000), None);
         assert_eq!(member_slot(b"1000:", 1000), None);
         assert_eq!(member_slot(b"-1000", 1000), None);
+    }
+
+    #[test]
+    fn members_are_formatted_as_before() {
+        for now_ms in [0, 1, 9, 10, 999, 1_732_941_234_567, crate::args::MAX_EXACT_MS] {
+            for k in [0, 1, 9, 10, 999, 1000, 1001, 123_456, 999_999_999, 1_000_000_000, 12_345_678_901] {
+                let expected = if k < 1000 { format!("{}", now_ms * 1000 + k) } else { format!("{now_ms}:{k:010}") };
+                assert_eq!(member(now_ms, k), expected);
+            }
+        }
     }
 
     #[test]
