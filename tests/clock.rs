@@ -1,0 +1,132 @@
+//! The server's own clock stepping backwards and forwards (NTP step, VM
+//! resume, an operator's `date -s`), on a live server: a tiny LD_PRELOAD shim
+//! (tests/clock/shim.c, compiled here with the system C compiler) shifts the
+//! server's wall clock by the milliseconds written in a file.
+//!
+//! Claims (docs/hardening.md): retry_after_ms and reset_after_ms are never
+//! negative; no entry still inside the window is removed; entries stamped
+//! "in the future" after a step back keep counting until they leave.
+mod common;
+use common::*;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+struct Clock {
+    file: PathBuf,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+/// The environment is process-wide: tests that shift a clock run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Clock {
+    /// Builds the shim and makes every server started afterwards by this test
+    /// process load it (until the returned guard is dropped, no other test here runs).
+    fn install() -> Clock {
+        let serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let dir = std::env::temp_dir().join(format!("xcloak-clock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shim = dir.join("shim.so");
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clock/shim.c");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let status = Command::new(&cc).args(["-shared", "-fPIC", "-O2", "-o"]).arg(&shim).arg(source).status()
+            .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
+        assert!(status.success(), "compiling {source} failed");
+        let file = dir.join("offset-ms");
+        std::fs::write(&file, "0").unwrap();
+        std::env::set_var("LD_PRELOAD", &shim);
+        std::env::set_var("XCLOAK_CLOCK_FILE", &file);
+        Clock { file, _serial: serial }
+    }
+
+    /// Sets the server clock to real time + `offset_ms`.
+    fn shift(&self, offset_ms: i64) {
+        std::fs::write(&self.file, offset_ms.to_string()).unwrap();
+    }
+}
+
+fn server_ms(conn: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+fn details(conn: &mut redis::Connection, cmd: &str, key: &str, window: i64, limit: i64) -> Vec<i64> {
+    let mut c = redis::cmd(cmd);
+    c.arg(key).arg(window).arg(limit);
+    if cmd == "XCLOAK.ALLOW" {
+        c.arg("DETAILS");
+    }
+    c.query(conn).unwrap()
+}
+
+fn pttl(conn: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(conn).unwrap()
+}
+
+#[test]
+fn a_server_clock_stepping_back_and_forth() {
+    let clock = Clock::install();
+    let server = Server::start();
+    let mut conn = server.client();
+    let (window, limit) = (3_000, 3);
+
+    // The shim works: the server's clock moves, the test's does not.
+    let real = server_ms(&mut conn);
+    clock.shift(-60_000);
+    let shifted = server_ms(&mut conn);
+    assert!((real - shifted - 60_000).abs() < 2_000, "server clock not shifted: {real} -> {shifted}");
+    clock.shift(0);
+
+    let first = details(&mut conn, "XCLOAK.ALLOW", "k", window, limit);
+    assert_eq!(&first[..4], &[1, 3, 2, 0]);
+
+    // Step back 5 s: the entry just admitted now lies 5 s in the future and is still live.
+    clock.shift(-5_000);
+    let second = details(&mut conn, "XCLOAK.ALLOW", "k", window, limit);
+    assert_eq!(&second[..4], &[1, 3, 1, 0], "the future entry still counts");
+    assert!(second[4] > window, "reset waits for the future entry: {second:?}");
+    let third = details(&mut conn, "XCLOAK.ALLOW", "k", window, limit);
+    assert_eq!(third[0], 1);
+    let rejected = details(&mut conn, "XCLOAK.ALLOW", "k", window, limit);
+    assert_eq!(&rejected[..3], &[0, 3, 0]);
+    assert!(rejected[3] >= 1 && rejected[4] >= rejected[3], "never negative, never zero when rejected: {rejected:?}");
+    let peek = details(&mut conn, "XCLOAK.PEEK", "k", window, limit);
+    assert!(peek[3] >= 1 && peek[4] >= 1, "{peek:?}");
+    assert_eq!(entries(&mut conn, "k").len(), 3, "no entry lost");
+
+    // Further back than the window: everything is in the future, all still counted.
+    clock.shift(-20_000);
+    let far = details(&mut conn, "XCLOAK.ALLOW", "k", window, limit);
+    assert_eq!(&far[..3], &[0, 3, 0]);
+    assert!(far[3] > 10_000 && far[4] > 10_000, "{far:?}");
+    assert_eq!(entries(&mut conn, "k").len(), 3, "no entry lost");
+
+    // Forward past every entry: they leave (they are outside the window now), nothing negative.
+    clock.shift(10_000);
+    let later = details(&mut conn, "XCLOAK.ALLOW", "k", window, limit);
+    assert_eq!(&later[..4], &[1, 3, 2, 0]);
+    assert_eq!(later[4], window);
+    assert_eq!(entries(&mut conn, "k").len(), 1);
+    clock.shift(0);
+    let back = details(&mut conn, "XCLOAK.PEEK", "k", window, limit);
+    assert!(back[3] >= 0 && back[4] > window, "{back:?}");
+}
+
+/// After a step back, an admission must not shorten the key's TTL below the
+/// time its newest entry stays live (`reset_after_ms`): otherwise the key
+/// expires with live entries in it and the window resets early.
+#[test]
+#[ignore = "known gap: commit() sets PEXPIREAT server_ms + window + 1000 even when older entries are stamped later (see docs/hardening.md)"]
+fn a_step_back_does_not_expire_live_entries_early() {
+    let clock = Clock::install();
+    let server = Server::start();
+    let mut conn = server.client();
+    let first = details(&mut conn, "XCLOAK.ALLOW", "k", 3_000, 3);
+    assert_eq!(first[0], 1);
+    clock.shift(-5_000);
+    let second = details(&mut conn, "XCLOAK.ALLOW", "k", 3_000, 3);
+    assert_eq!(second[0], 1);
+    let ttl = pttl(&mut conn, "k");
+    assert!(ttl >= second[4], "the key expires in {ttl} ms, its newest entry leaves the window in {} ms", second[4]);
+}
