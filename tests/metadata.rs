@@ -347,5 +347,16 @@ fn module_load_at_runtime_refuses_bad_arguments() {
     if at_least_7_0() {
         // Loaded after startup, the command metadata is there too.
         assert_eq!(int(&command_info(&mut conn, "xcloak.allow")[1]), -4);
+        // Unloading frees nothing of the module's (the server copied the
+        // docs), and MODULE LOADEX's CONFIG wins over the load argument.
+        let _: () = redis::cmd("MODULE").arg("UNLOAD").arg("xcloak").query(&mut conn).unwrap();
+        let _: () = redis::cmd("MODULE")
+            .arg(&["LOADEX", &path, "CONFIG", "xcloak.max-limit", "33", "ARGS", "MAX-LIMIT", "44"])
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(config_get(&mut conn), ["xcloak.max-limit", "33"]);
+        assert_eq!(limit_error(&mut conn, 34).as_deref(), Some("ERR limit must be an integer from 0 to 33"));
+        let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg("xcloak.peek").query(&mut conn).unwrap();
+        assert!(field(&docs, "xcloak.peek").is_some(), "docs after a reload: {docs:?}");
     }
 }
