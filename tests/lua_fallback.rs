@@ -354,6 +354,15 @@ fn article_entries_are_counted_and_never_collide() {
     assert_eq!(entries(&mut conn, "via-lua"), entries(&mut conn, "via-native"));
     let members: Vec<String> = entries(&mut conn, "via-lua").into_iter().map(|(m, _)| m).collect();
     assert_eq!(members, ["7000-1", "7000-2", "7000-3", "7000000", "7000001"]);
+
+    // Rolling back: the article's script counts our entries as its own (the
+    // window is full), and writes next to them once they leave.
+    for key in ["via-lua", "via-native"] {
+        assert_eq!(article_at(&mut conn, key, 1000, 5, 7999), 0, "{key}: 5 live entries");
+        let _: () = redis::cmd("DEL").arg(format!("{key}:seq")).query(&mut conn).unwrap();
+        assert_eq!(article_at(&mut conn, key, 1000, 5, 8000), 1, "{key}: the window moved on");
+        assert_eq!(entries(&mut conn, key), [("8000-1".to_string(), 8000.0)], "{key}");
+    }
 }
 
 /// Every bad call is an error from both, with the same text, and changes nothing.
