@@ -7,7 +7,7 @@
 # The RUSTFLAGS apply only to the target (explicit --target), so build
 # scripts are not instrumented.
 #
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (0 seconds: replay the corpus only)
 #   FUZZ_SECONDS=60 make fuzz
 # Targets: parse_args (src/args.rs), window (src/window.rs over an in-memory log).
 # New corpus entries land in fuzz/corpus/<target>/ (commit the useful ones);
@@ -35,9 +35,16 @@ cargo build --release --target "$host" --bins
 
 for target in "${targets[@]}"; do
     mkdir -p "corpus/$target" "artifacts/$target"
-    echo "fuzz: $target for ${seconds}s"
+    if [ "$seconds" = 0 ]; then
+        # Replay only: every committed input through the invariants, no new inputs.
+        echo "fuzz: $target, replaying the corpus"
+        budget=(-runs=0)
+    else
+        echo "fuzz: $target for ${seconds}s"
+        budget=(-max_total_time="$seconds")
+    fi
     "target/$host/release/$target" "corpus/$target" \
-        -max_total_time="$seconds" -max_len=512 -timeout=10 -rss_limit_mb=1024 \
+        "${budget[@]}" -max_len=512 -timeout=10 -rss_limit_mb=1024 \
         -artifact_prefix="artifacts/$target/" -print_final_stats=1 2>&1 \
         | grep -E '^(#[0-9]+.*(INITED|DONE|pulse))|^stat::|ERROR|panicked|Test unit written|^fuzz' || true
     if compgen -G "artifacts/$target/crash-*" >/dev/null; then
