@@ -117,8 +117,41 @@ struct Tally {
     peeks: u64,
 }
 
-fn client_loop(server_url: String, id: usize, start: Arc<Barrier>, stop: Arc<AtomicBool>) -> Tally {
-    let mut conn = redis::Client::open(server_url).unwrap().get_connection().unwrap();
+/// Calls each connection sends per round trip. Every call still runs on its
+/// own; pipelining only keeps the 200 client threads from being the bottleneck.
+const DEPTH: usize = 8;
+
+enum Kind {
+    Plain,
+    Details(u64),
+    Peek,
+}
+
+/// One reply: an integer, or an array of integers.
+fn read_reply(reader: &mut impl BufRead, line: &mut Vec<u8>) -> Vec<i64> {
+    line.clear();
+    reader.read_until(b'\n', line).unwrap();
+    let text = std::str::from_utf8(&line[1..line.len() - 2]).unwrap().to_string();
+    match line[0] {
+        b':' => vec![text.parse().unwrap()],
+        b'*' => (0..text.parse::<usize>().unwrap()).map(|_| read_reply(reader, line)[0]).collect(),
+        _ => panic!("unexpected reply {:?}", String::from_utf8_lossy(line)),
+    }
+}
+
+fn push_command(out: &mut Vec<u8>, words: &[&str]) {
+    out.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
+    for word in words {
+        out.extend_from_slice(format!("${}\r\n{word}\r\n", word.len()).as_bytes());
+    }
+}
+
+fn client_loop(port: u16, id: usize, start: Arc<Barrier>, stop: Arc<AtomicBool>) -> Tally {
+    let socket = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    socket.set_nodelay(true).unwrap();
+    let mut writer = socket.try_clone().unwrap();
+    let mut reader = BufReader::new(socket);
+    let (mut out, mut line, mut sent) = (Vec::new(), Vec::new(), Vec::with_capacity(DEPTH));
     let mut tally = Tally { admitted_units: vec![0; KEYS], ..Tally::default() };
     let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64).wrapping_mul(0x2545_F491_4F6C_DD1D);
     let mut next = move || {
@@ -129,44 +162,61 @@ fn client_loop(server_url: String, id: usize, start: Arc<Barrier>, stop: Arc<Ato
     };
     start.wait();
     while !stop.load(Ordering::Relaxed) && tally.calls < MAX_CALLS_PER_CONNECTION {
-        let r = next();
-        // A fifth of the calls hammer ten hot keys; the rest spread over all.
-        let key = if r % 5 == 0 { (r >> 8) as usize % 10 } else { (r >> 8) as usize % KEYS };
-        let (limit, window) = shape(key);
-        let name = key_name(key);
-        tally.calls += 1;
-        match (r >> 40) % 10 {
-            0 => {
-                let cost = 1 + (r >> 48) % 3;
-                let d: Vec<i64> = redis::cmd("XCLOAK.ALLOW").arg(&name).arg(window).arg(limit)
-                    .arg("COST").arg(cost).arg("DETAILS").query(&mut conn).unwrap();
-                assert_eq!(d.len(), 5);
-                assert!(d[0] == 0 || d[0] == 1);
-                assert_eq!(d[1], limit);
-                assert!((0..=limit).contains(&d[2]), "{d:?}");
-                assert!(d[3] >= 0 && d[4] >= 0, "{d:?}");
-                if d[0] == 1 {
-                    assert_eq!(d[3], 0);
-                    tally.admitted_units[key] += cost;
-                    tally.admitted_calls += 1;
-                } else {
-                    assert!(d[3] >= 1, "a rejected call waits: {d:?}");
-                    tally.rejected_calls += 1;
+        out.clear();
+        sent.clear();
+        for _ in 0..DEPTH {
+            let r = next();
+            // A fifth of the calls hammer ten hot keys; the rest spread over all.
+            let key = if r % 5 == 0 { (r >> 8) as usize % 10 } else { (r >> 8) as usize % KEYS };
+            let (limit, window) = shape(key);
+            let (name, limit_text, window_text) = (key_name(key), limit.to_string(), window.to_string());
+            let kind = match (r >> 40) % 10 {
+                0 => Kind::Details(1 + (r >> 48) % 3),
+                1 => Kind::Peek,
+                _ => Kind::Plain,
+            };
+            match kind {
+                Kind::Details(cost) => push_command(
+                    &mut out,
+                    &["XCLOAK.ALLOW", &name, &window_text, &limit_text, "COST", &cost.to_string(), "DETAILS"],
+                ),
+                Kind::Peek => push_command(&mut out, &["XCLOAK.PEEK", &name, &window_text, &limit_text]),
+                Kind::Plain => push_command(&mut out, &["XCLOAK.ALLOW", &name, &window_text, &limit_text]),
+            }
+            sent.push((key, limit, kind));
+        }
+        writer.write_all(&out).unwrap();
+        for (key, limit, kind) in sent.drain(..) {
+            let d = read_reply(&mut reader, &mut line);
+            tally.calls += 1;
+            match kind {
+                Kind::Details(cost) => {
+                    assert_eq!(d.len(), 5);
+                    assert!(d[0] == 0 || d[0] == 1);
+                    assert_eq!(d[1], limit);
+                    assert!((0..=limit).contains(&d[2]), "{d:?}");
+                    assert!(d[3] >= 0 && d[4] >= 0, "{d:?}");
+                    if d[0] == 1 {
+                        assert_eq!(d[3], 0);
+                        tally.admitted_units[key] += cost;
+                        tally.admitted_calls += 1;
+                    } else {
+                        assert!(d[3] >= 1, "a rejected call waits: {d:?}");
+                        tally.rejected_calls += 1;
+                    }
                 }
-            }
-            1 => {
-                let d: Vec<i64> = redis::cmd("XCLOAK.PEEK").arg(&name).arg(window).arg(limit).query(&mut conn).unwrap();
-                assert!((0..=limit).contains(&d[2]) && d[3] >= 0 && d[4] >= 0, "{d:?}");
-                tally.peeks += 1;
-            }
-            _ => {
-                let allowed: i64 = redis::cmd("XCLOAK.ALLOW").arg(&name).arg(window).arg(limit).query(&mut conn).unwrap();
-                if allowed == 1 {
-                    tally.admitted_units[key] += 1;
-                    tally.admitted_calls += 1;
-                } else {
-                    assert_eq!(allowed, 0);
-                    tally.rejected_calls += 1;
+                Kind::Peek => {
+                    assert!((0..=limit).contains(&d[2]) && d[3] >= 0 && d[4] >= 0, "{d:?}");
+                    tally.peeks += 1;
+                }
+                Kind::Plain => {
+                    if d == [1] {
+                        tally.admitted_units[key] += 1;
+                        tally.admitted_calls += 1;
+                    } else {
+                        assert_eq!(d, [0]);
+                        tally.rejected_calls += 1;
+                    }
                 }
             }
         }
@@ -201,7 +251,6 @@ fn two_hundred_connections_for_thirty_seconds_never_exceed_any_window() {
     // No output-buffer limit for the stream reader (separate words: 6.2 does not split one).
     config.extra.extend(["--client-output-buffer-limit", "replica", "0", "0", "0"].map(String::from));
     let server = config.start();
-    let url = server.url();
 
     let replica_ready = Arc::new(Barrier::new(2));
     let follower = {
@@ -214,10 +263,10 @@ fn two_hundred_connections_for_thirty_seconds_never_exceed_any_window() {
     let stop = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..CONNECTIONS)
         .map(|id| {
-            let (url, start, stop) = (url.clone(), start.clone(), stop.clone());
+            let (port, start, stop) = (server.port, start.clone(), stop.clone());
             std::thread::Builder::new()
                 .stack_size(256 * 1024)
-                .spawn(move || client_loop(url, id, start, stop))
+                .spawn(move || client_loop(port, id, start, stop))
                 .unwrap()
         })
         .collect();
@@ -243,7 +292,7 @@ fn two_hundred_connections_for_thirty_seconds_never_exceed_any_window() {
         }
     }
     eprintln!(
-        "soak: {calls} calls from {CONNECTIONS} connections in {:.1}s = {:.0} calls/s \
+        "soak: {calls} calls from {CONNECTIONS} connections ({DEPTH} in flight each) in {:.1}s = {:.0} calls/s \
          ({admitted_calls} admitted, {rejected_calls} rejected, {peeks} peeks); \
          replication stream {:.1} MB",
         elapsed.as_secs_f64(),
