@@ -22,12 +22,44 @@ pub fn redis_cli_binary() -> String {
     std::env::var("XCLOAK_REDIS_CLI").unwrap_or_else(|_| "redis-cli".to_string())
 }
 
-/// Runs `redis-cli` with `args`; panics if it cannot start.
+/// Runs `redis-cli` with `args`; panics if it cannot start or runs longer
+/// than two minutes (`--cluster create` waits forever for a join that fails).
 pub fn redis_cli(args: &[&str]) -> Output {
-    Command::new(redis_cli_binary())
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let out_path = std::env::temp_dir().join(format!("xcloak-cli-{}-{run}.out", std::process::id()));
+    let err_path = out_path.with_extension("err");
+    let mut child = Command::new(redis_cli_binary())
         .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", redis_cli_binary()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out_path).expect("redis-cli output file"))
+        .stderr(std::fs::File::create(&err_path).expect("redis-cli error file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", redis_cli_binary()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("redis-cli status") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "redis-cli {args:?} still running after 120 s:\n{}\n{}",
+                std::fs::read_to_string(&out_path).unwrap_or_default(),
+                std::fs::read_to_string(&err_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let output = Output {
+        status,
+        stdout: std::fs::read(&out_path).unwrap_or_default(),
+        stderr: std::fs::read(&err_path).unwrap_or_default(),
+    };
+    let _ = std::fs::remove_file(&out_path);
+    let _ = std::fs::remove_file(&err_path);
+    output
 }
 
 pub struct Cluster {
