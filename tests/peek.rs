@@ -109,7 +109,10 @@ fn wait_in_sync(primary: &mut Connection, replica: &mut Connection) {
 fn peek_sends_nothing_to_replicas_and_runs_on_a_read_only_replica() {
     // No periodic PING from the primary during the test: the offset may only
     // move because of commands.
-    let primary = ServerConfig::default().arg("repl-ping-replica-period", "3600").start();
+    let primary = ServerConfig::default()
+        .arg("repl-ping-replica-period", "3600")
+        .arg("repl-diskless-sync-delay", "0")
+        .start();
     let replica = Server::start();
     let (mut p, mut r) = (primary.client(), replica.client());
     let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut r).unwrap();
