@@ -111,8 +111,8 @@ pub const ALLOW: CommandDoc = CommandDoc {
     name: c"xcloak.allow",
     summary: c"Admits a request of COST units if the sliding window has room, and records it. \
 Replies 1/0, or with DETAILS [allowed, limit, remaining, retry_after_ms, reset_after_ms].",
-    complexity: c"O(log(N) + M + C*log(N)) with N the entries in the window, M the entries that \
-expired and C the cost; DETAILS adds O(K), K <= N the entries older than the one whose departure makes room.",
+    complexity: c"O(log(N) + (M + C)*log(N)) with N the entries in the key, M the entries that \
+expired (removed) and C the cost; DETAILS adds O(K), K <= N the entries older than the one whose departure makes room.",
     tips: Some(c"nondeterministic_output"),
     arity: -4,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
@@ -124,8 +124,8 @@ pub const PEEK: CommandDoc = CommandDoc {
     name: c"xcloak.peek",
     summary: c"Replies what XCLOAK.ALLOW would decide now, writing nothing: \
 [allowed, limit, remaining, retry_after_ms, reset_after_ms].",
-    complexity: c"O(log(N) + M + K) with N the entries in the window, M the entries that expired \
-and K <= N the entries older than the one whose departure makes room.",
+    complexity: c"O(log(N) + M + K) with N the entries in the key, M the entries that expired \
+(counted, not removed) and K <= N the entries older than the one whose departure makes room.",
     tips: Some(c"nondeterministic_output"),
     arity: -4,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
