@@ -10,8 +10,10 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (0 seconds: replay the corpus only)
 #   FUZZ_SECONDS=60 make fuzz
 # Targets: parse_args (src/args.rs), window (src/window.rs over an in-memory log).
-# New corpus entries land in fuzz/corpus/<target>/ (commit the useful ones);
-# crashes in fuzz/artifacts/<target>/.
+# The committed corpus fuzz/corpus/<target>/ seeds each run; new inputs land in
+# fuzz/corpus-work/<target>/ (ignored by git; fold them in with
+# `release/<target> -merge=1 corpus/<target> corpus-work/<target>`); crashes in
+# fuzz/artifacts/<target>/.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
@@ -34,16 +36,19 @@ export RUSTFLAGS="${RUSTFLAGS:-} --cfg fuzzing -Cpasses=sancov-module \
 cargo build --release --target "$host" --bins
 
 for target in "${targets[@]}"; do
-    mkdir -p "corpus/$target" "artifacts/$target"
+    mkdir -p "corpus/$target" "corpus-work/$target" "artifacts/$target"
     if [ "$seconds" = 0 ]; then
         # Replay only: every committed input through the invariants, no new inputs.
         echo "fuzz: $target, replaying the corpus"
+        dirs=("corpus/$target")
         budget=(-runs=0)
     else
+        # New inputs go to corpus-work/ (not committed); the committed corpus seeds the run.
         echo "fuzz: $target for ${seconds}s"
+        dirs=("corpus-work/$target" "corpus/$target")
         budget=(-max_total_time="$seconds")
     fi
-    "target/$host/release/$target" "corpus/$target" \
+    "target/$host/release/$target" "${dirs[@]}" \
         "${budget[@]}" -max_len=512 -timeout=10 -rss_limit_mb=1024 \
         -artifact_prefix="artifacts/$target/" -print_final_stats=1 2>&1 \
         | grep -E '^(#[0-9]+.*(INITED|DONE|pulse))|^stat::|ERROR|panicked|Test unit written|^fuzz' || true
