@@ -114,3 +114,24 @@ fn read_only_key_patterns_allow_peek_only() {
     assert!(text.starts_with("NOPERM"), "{text}");
     assert_eq!(digest(&mut admin), before);
 }
+
+/// `+@read`: on Redis 7.2+ and Valkey the module's ACL categories put PEEK in
+/// @read (ALLOW is @write); before 7.2 module commands have no category, so
+/// `+@read` grants neither (the exact degradation).
+#[test]
+fn the_read_category_grants_peek_where_categories_exist() {
+    let server = Server::start();
+    let mut admin = server.client();
+    setuser(&mut admin, &["r", "on", ">pw", "~*", "+@read"]).unwrap();
+    let before = digest(&mut admin);
+    let mut reader = login(&server, "r");
+    let peeked = peek("rl:a").query::<Vec<i64>>(&mut reader);
+    if at_least_7_2() {
+        assert_eq!(&peeked.unwrap()[..3], &[1, 5, 5]);
+    } else {
+        let err = peeked.expect_err("no categories before 7.2");
+        assert_eq!(err.code(), Some("NOPERM"), "{err}");
+    }
+    assert!(refused(&mut reader, &allow("rl:a")).starts_with("NOPERM"));
+    assert_eq!(digest(&mut admin), before);
+}
