@@ -6,7 +6,7 @@ PORT    ?= 6379
 CARGO   ?= cargo
 MODULE  := target/release/libxcloak.so
 
-.PHONY: deps build run test unit clean fault-module fuzz example-deps
+.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix
 
 deps:
 	@scripts/ensure-deps.sh
@@ -45,10 +45,35 @@ fuzz:
 unit:
 	$(CARGO) test --lib
 
+# The integration suite once per server of the compatibility matrix: Redis 6.2.5,
+# 7.0.15 (Debian), 8.2.3 and Valkey 9.1.2. scripts/fetch-servers.sh caches the
+# binaries outside the repo ($$XCLOAK_SERVERS_CACHE, default ~/.cache/xcloak-servers);
+# the tests take the server from $$XCLOAK_SERVER. MATRIX= picks servers (names as
+# printed by the script). Logs: target/test-matrix/NAME.log; a summary at the end.
+MATRIX ?=
+test-matrix: build fault-module
+	@set -o pipefail; servers=$$(scripts/fetch-servers.sh $(MATRIX)) || exit 1; \
+	mkdir -p target/test-matrix; summary=""; failed=0; \
+	while read -r name binary; do \
+	    echo "== test-matrix: $$name ($$binary)"; start=$$(date +%s); \
+	    if XCLOAK_SERVER=$$binary $(CARGO) test --no-fail-fast --test '*' -- --test-threads=2 </dev/null 2>&1 | tee target/test-matrix/$$name.log; \
+	    then status=passed; else status=FAILED; failed=1; fi; \
+	    summary="$$summary$$(printf '%-14s %-7s %4ss' $$name $$status $$(( $$(date +%s) - start )))\n"; \
+	done <<< "$$servers"; \
+	echo "== test-matrix summary"; printf "$$summary"; exit $$failed
+
 # Python (redis-py) and Node (node-redis) deps of docs/examples/, into their
 # git-ignored folders; tests/examples.rs runs this itself when they are missing.
 example-deps:
 	@scripts/example-deps.sh
+
+# The benchmark behind docs/performance.md: XCLOAK.ALLOW against the article's script,
+# ZADD and INCR on one fresh server (free loopback port), then entries-per-key,
+# keyspace and 1,000,000-key runs; prints the tables and rewrites docs/performance.md.
+.PHONY: bench
+bench: build
+	@scripts/ensure-deps.sh python3
+	python3 scripts/bench.py
 
 clean:
 	$(CARGO) clean

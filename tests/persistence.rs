@@ -254,20 +254,23 @@ fn aof_server() -> Server {
     ServerConfig::default().arg("appendonly", "yes").arg("appendfsync", "always").start()
 }
 
-fn wait_rewrite_done(conn: &mut Connection) {
+fn wait_rewrite_done(server: &Server) {
+    let mut conn = server.client();
+    let conn = &mut conn;
     let done = eventually(std::time::Duration::from_secs(30), || {
         info_field(conn, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
             && info_field(conn, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
     });
-    assert!(done, "BGREWRITEAOF did not finish");
-    assert_eq!(info_field(conn, "persistence", "aof_last_bgrewrite_status").as_deref(), Some("ok"));
+    assert!(done, "BGREWRITEAOF did not finish:\n{}", server.log());
+    let status = info_field(conn, "persistence", "aof_last_bgrewrite_status");
+    assert_eq!(status.as_deref(), Some("ok"), "BGREWRITEAOF failed in {} (exists: {}, files: {:?}):\n{}", server.dir.display(), server.dir.exists(), std::fs::read_dir(&server.dir).map(|d| d.map(|e| e.unwrap().file_name()).collect::<Vec<_>>()), server.log());
 }
 
 #[test]
 fn aof_always_restores_every_window_exactly() {
     let mut server = aof_server();
     // The initial rewrite (7.0+ creates the base file in the background) must not race the load.
-    wait_rewrite_done(&mut server.client());
+    wait_rewrite_done(&server);
     let (before, expiry, written) = fill(&server);
     assert_no_command_logged(&server.dir);
     server.restart();
@@ -280,12 +283,12 @@ fn aof_always_restores_every_window_exactly() {
 #[test]
 fn aof_after_bgrewriteaof_restores_every_window_exactly() {
     let mut server = aof_server();
-    wait_rewrite_done(&mut server.client());
+    wait_rewrite_done(&server);
     let (before, expiry, written) = fill(&server);
     {
         let mut conn = server.client();
         let _: String = redis::cmd("BGREWRITEAOF").query(&mut conn).unwrap();
-        wait_rewrite_done(&mut conn);
+        wait_rewrite_done(&server);
         // A few effects after the rewrite go to the new incremental file.
         assert_eq!(allow_at(&mut conn, "after-rewrite", LONG, 5, BASE_NOW), 1);
     }
