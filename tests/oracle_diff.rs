@@ -334,10 +334,14 @@ fn module_matches_the_article_script_on_random_sequences() {
         }
     }
 
-    // The generator must have reached everything the issue lists.
+    // The generator must have reached everything the issue lists (checked at
+    // the default size; a run of a handful of cases may legitimately miss some).
     let reach = reach.into_inner();
     eprintln!("oracle_diff: reached {reach:?}");
     assert!(reach.cases >= cases as u64);
+    if cases < 200 {
+        return;
+    }
     assert!(reach.admitted > 0 && reach.rejected > 0, "{reach:?}");
     assert!(reach.window_1ms > 0 && reach.window_day > 0, "windows of 1 ms and a day: {reach:?}");
     assert!(reach.above_listpack > 0, "windows above {LISTPACK_ENTRIES} entries: {reach:?}");
@@ -419,7 +423,7 @@ fn comparison_catches_one_extra_admission() {
 
     let conn = RefCell::new(conn);
     let next_id = RefCell::new(100u64);
-    let result = runner(seed(), 30, 1).run(&case_strategy(), |case| {
+    let result = runner(seed(), 60, 1).run(&case_strategy(), |case| {
         let id = {
             let mut id = next_id.borrow_mut();
             *id += 1;
