@@ -64,13 +64,16 @@ static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 
 /// A free loopback port whose +10000 (cluster bus) is free too.
 pub fn free_port() -> u16 {
-    let _ = NEXT_PORT.compare_exchange(0, 20000 + (std::process::id() % 600) as u16 * 50, Ordering::SeqCst, Ordering::SeqCst);
+    // The start stays inside 20000..=45535 (pid % 600 * 50 could reach 49950,
+    // and a non-atomic wrap then handed port 20000 to two servers of one
+    // process: the second one's directory setup deleted the first one's).
+    let _ = NEXT_PORT.compare_exchange(0, 20000 + (std::process::id() % 500) as u16 * 50, Ordering::SeqCst, Ordering::SeqCst);
     loop {
-        let mut port = NEXT_PORT.fetch_add(1, Ordering::SeqCst);
-        if port > 45535 {
-            NEXT_PORT.store(20000, Ordering::SeqCst);
-            port = 20000;
-        }
+        // Atomic increment-and-wrap: every value handed out is in range and
+        // unique until the whole range has been used.
+        let port = NEXT_PORT
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(if p >= 45535 { 20000 } else { p + 1 }))
+            .unwrap();
         let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
         if free(port) && free(port + 10000) {
             return port;
