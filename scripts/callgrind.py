@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Instructions per call (valgrind --tool=callgrind), the repeatable companion
+of `make bench` on a noisy machine: the same commands, prefill and mix of
+admissions and rejections as section 1 of scripts/bench.py, on a server running under callgrind.
+
+Usage: python3 scripts/callgrind.py [requests-per-command] [--larger]   (needs valgrind)
+
+Keys: requests / calls-per-key of bench.py's MAIN (or LARGER) setting, so each
+key gets as many calls as there, with the same prefill and limit. For each command it zeroes the counters, runs redis-benchmark (-c 50 -P 16
+-r 10000), dumps, and divides the inclusive instructions of the command's
+handler (the code `usec_per_call` times) by the number of calls. It also
+prints the costliest functions under XCLOAK.ALLOW's handler.
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+HANDLERS = {
+    "XCLOAK.ALLOW": "RedisModuleCommandDispatcher",
+    "EVALSHA script": "evalShaCommand",
+    "ZADD": "zaddCommand",
+    "INCR": "incrCommand",
+}
+
+
+def inclusive(dump, function):
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", dump],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        match = re.match(r"\s*([\d,]+)\s+\(.*?\)\s+\?\?\?:(\S+)", line)
+        if match and match.group(2) == function:
+            return int(match.group(1).replace(",", ""))
+    return 0
+
+
+def breakdown(dump, calls, top=25):
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--tree=calling", "--threshold=100", dump],
+                         capture_output=True, text=True).stdout
+    lines, inside = [], False
+    for line in out.splitlines():
+        if re.search(r"\*\s+\?\?\?:xcloak::commands::execute", line):
+            inside = True
+            continue
+        if inside:
+            if not line.strip():
+                break
+            match = re.match(r"\s*([\d,]+)\s+\(.*?\)\s+>\s+(\S+)", line)
+            if match:
+                lines.append((int(match.group(1).replace(",", "")) / calls, match.group(2)))
+    return lines[:top]
+
+
+def main():
+    requests = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
+    config = bench.LARGER if "--larger" in sys.argv else bench.MAIN
+    # Fewer keys than bench.py (the prefill is slow under valgrind), the same
+    # calls per key (so the same share of rejections) and the same set sizes.
+    bench.KEYS = requests // config["calls"]
+    workdir = bench.tempfile.mkdtemp(prefix="xcloak-callgrind-")
+    server = bench.Server(wrapper=["valgrind", "--tool=callgrind", "--callgrind-out-file=%s/cg.out" % workdir])
+    pid = server.proc.pid
+    try:
+        sha = server.client.call("SCRIPT", "LOAD", open(bench.ARTICLE).read())
+        now_ms = int(server.client.call("TIME")[0]) * 1000
+        results = {}
+        for name, _, prefix, layout, argv in bench.bench_commands(sha, now_ms, config["limit"]):
+            argv = argv(prefix)
+            if layout:
+                bench.prefill_keys(server, prefix, layout, now_ms, config["prefill"])
+            server.client.call("CONFIG", "RESETSTAT")
+            subprocess.run(["callgrind_control", "-z", str(pid)], capture_output=True, check=True)
+            bench.redis_benchmark(server, argv, True, requests)
+            tag = name.split()[0].replace(".", "_")
+            subprocess.run(["callgrind_control", "-d", tag, str(pid)], capture_output=True, check=True)
+            calls, _ = server.stat(HANDLERS[name] and {"XCLOAK.ALLOW": "xcloak.allow", "EVALSHA script": "evalsha",
+                                                        "ZADD": "zadd", "INCR": "incr"}[name])
+            time.sleep(0.5)
+            dumps = sorted(f for f in os.listdir(workdir) if f.startswith("cg.out."))
+            dump = os.path.join(workdir, dumps[-1])
+            results[name] = (inclusive(dump, HANDLERS[name]) / calls, calls, dump)
+            print("%-15s %8.0f instructions/call (%d calls, %s)" % (name, results[name][0], calls, HANDLERS[name]), flush=True)
+    finally:
+        server.stop()
+    allow = results["XCLOAK.ALLOW"][0]
+    print()
+    print("EVALSHA / XCLOAK.ALLOW  %.2fx" % (results["EVALSHA script"][0] / allow))
+    print("XCLOAK.ALLOW / ZADD     %.2fx" % (allow / results["ZADD"][0]))
+    print("XCLOAK.ALLOW / INCR     %.2fx" % (allow / results["INCR"][0]))
+    print()
+    print("under XCLOAK.ALLOW's handler, instructions per call:")
+    for cost, function in breakdown(results["XCLOAK.ALLOW"][2], results["XCLOAK.ALLOW"][1]):
+        print("  %8.0f  %s" % (cost, function))
+    bench.shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
