@@ -133,7 +133,7 @@ class Server:
         self.port = free_port()
         self.log = os.path.join(self.dir, "server.log")
         self.proc = subprocess.Popen(
-            [*wrapper, *NICE, SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+            [*NICE, *wrapper, SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
              "--save", "", "--appendonly", "no", "--logfile", self.log,
              "--loadmodule", MODULE],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -79,9 +79,15 @@ def main():
             subprocess.run(["callgrind_control", "-d", tag, str(pid)], capture_output=True, check=True)
             calls, _ = server.stat(HANDLERS[name] and {"XCLOAK.ALLOW": "xcloak.allow", "EVALSHA script": "evalsha",
                                                         "ZADD": "zadd", "INCR": "incr"}[name])
-            time.sleep(0.5)
-            dumps = sorted(f for f in os.listdir(workdir) if f.startswith("cg.out."))
-            dump = os.path.join(workdir, dumps[-1])
+            # The dump is written asynchronously: wait for this phase's file.
+            deadline = time.time() + 120
+            while True:
+                dumps = [f for f in os.listdir(workdir) if f.startswith("cg.out.")]
+                if len(dumps) > len(results) or time.time() > deadline:
+                    break
+                time.sleep(0.2)
+            time.sleep(1)
+            dump = os.path.join(workdir, max(dumps, key=lambda f: int(f.rsplit(".", 1)[1])))
             results[name] = (inclusive(dump, HANDLERS[name]) / calls, calls, dump)
             print("%-15s %8.0f instructions/call (%d calls, %s)" % (name, results[name][0], calls, HANDLERS[name]), flush=True)
     finally:
