@@ -182,7 +182,7 @@ fn promoting_a_replica_under_load_loses_no_window_and_over_admits_nothing() {
                             Err(e) => panic!("promoted node: {e}"),
                         }
                         let entry = counts.entry(key).or_default();
-                        let acked: RedisResult<i64> = redis::cmd("WAIT").arg(if on_new { 1 } else { 2 }).arg(10_000).query(&mut conn);
+                        let acked: RedisResult<i64> = redis::cmd("WAIT").arg(if on_new { 1 } else { 2 }).arg(if on_new { 30_000 } else { 5_000 }).query(&mut conn);
                         if on_new {
                             entry.admitted_after += 1;
                             assert!(acked.unwrap() >= 1, "WAIT on the promoted node reaches its replica");
