@@ -96,7 +96,7 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
     match command {
         Command::Allow => {
             let decision = window::allow(&mut key, &request, now_ms, request.details);
-            key.commit(server_ms + request.window_ms + TTL_MARGIN_MS);
+            key.commit(server_ms, request.window_ms + TTL_MARGIN_MS);
             drop(key);
             let counter = if decision.allowed { &ADMITTED } else { &REJECTED };
             counter.fetch_add(1, Relaxed);

@@ -81,6 +81,15 @@ mod module {
         if let Err(message) = config::register(ctx.ctx, max_limit) {
             return refuse(ctx, &message);
         }
+        // A panic is caught at the command boundary (commands.rs) and answered
+        // with an error; this puts its message in the server log, where the
+        // reply points (the default hook writes to stderr, which --logfile
+        // does not capture).
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |panic| {
+            redis_module::logging::log_warning(format!("xcloak: internal error: {panic}"));
+            previous(panic);
+        }));
         // Replaces the info callback the macro registered (it runs before init).
         unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(info)) };
         Status::Ok

@@ -153,9 +153,12 @@ impl ZsetKey {
         member_slot(member.bytes(), now_ms).map_or(0, |k| k + 1)
     }
 
-    /// Ends a write call: sets the TTL after an admission, then replicates
-    /// and notifies what changed. `expire_at_ms` is absolute, server clock.
-    pub fn commit(&self, expire_at_ms: i64) {
+    /// Ends a write call: after an admission, sets the key to expire
+    /// `ttl_ms` after `server_ms` unless it already expires later (a server
+    /// clock that stepped back must not cut short entries stamped before the
+    /// step); then replicates and notifies what changed.
+    pub fn commit(&self, server_ms: i64, ttl_ms: i64) {
+        let expire_at_ms = server_ms + ttl_ms;
         let ctx = self.ctx;
         let replicate = api!(RedisModule_Replicate);
         let notify = api!(RedisModule_NotifyKeyspaceEvent);
@@ -171,7 +174,10 @@ impl ZsetKey {
                 }
             }
             if let Some(first) = &self.first_added {
-                self.expire_at(expire_at_ms);
+                let extend = self.expires_sooner_than(ttl_ms);
+                if extend {
+                    self.expire_at(expire_at_ms);
+                }
                 if self.more_added.is_empty() {
                     // The common case, cost 1: no argument vector to build.
                     replicate(ctx, c"ZADD".as_ptr(), c"sls".as_ptr(), self.name, self.added_at_ms as std::ffi::c_longlong, first.string);
@@ -184,11 +190,20 @@ impl ZsetKey {
                     }
                     replicate(ctx, c"ZADD".as_ptr(), c"sv".as_ptr(), self.name, argv.as_ptr(), argv.len());
                 }
-                replicate(ctx, c"PEXPIREAT".as_ptr(), c"sl".as_ptr(), self.name, expire_at_ms);
                 notify(ctx, raw::NotifyEvent::ZSET.bits(), c"zadd".as_ptr(), self.name);
-                notify(ctx, raw::NotifyEvent::GENERIC.bits(), c"expire".as_ptr(), self.name);
+                if extend {
+                    replicate(ctx, c"PEXPIREAT".as_ptr(), c"sl".as_ptr(), self.name, expire_at_ms);
+                    notify(ctx, raw::NotifyEvent::GENERIC.bits(), c"expire".as_ptr(), self.name);
+                }
             }
         }
+    }
+
+    /// Whether the key has no expiry, or one within `ttl_ms` from now.
+    fn expires_sooner_than(&self, ttl_ms: i64) -> bool {
+        // SAFETY: the key is open and holds a value.
+        let remaining_ms = unsafe { api!(RedisModule_GetExpire)(self.key) };
+        remaining_ms == raw::REDISMODULE_NO_EXPIRE as i64 || remaining_ms <= ttl_ms
     }
 
     fn expire_at(&self, expire_at_ms: i64) {

@@ -60,6 +60,12 @@ fn a_panic_in_a_handler_becomes_an_error_reply_and_the_server_stays_up() {
     }
 
     assert!(server.alive(), "server died:\n{}", server.log());
+    // The reply says "see the server log": the panic's message must be there.
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || server.log().contains("xcloak: internal error")),
+        "no panic message in the server log:\n{}",
+        server.log()
+    );
     let pong: String = redis::cmd("PING").query(&mut conn).unwrap();
     assert_eq!(pong, "PONG");
     assert_eq!(digest(&mut conn), before, "a panicking call wrote something");

@@ -224,7 +224,12 @@ if allowed then
     k = k + batch
     needed = needed - redis.call('ZADD', key, 'NX', unpack(args))
   end
-  redis.call('PEXPIREAT', key, exact_sum(server_ms + 1000, window))
+  -- Never shorten an expiry: after a server clock step back, entries stamped
+  -- before the step must outlive the new, earlier deadline.
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 or ttl - 1000 <= window then
+    redis.call('PEXPIREAT', key, exact_sum(server_ms + 1000, window))
+  end
 end
 
 if not details then

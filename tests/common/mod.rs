@@ -33,11 +33,18 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// The server binary's `--version` line, read once per test process.
+fn version_line() -> &'static str {
+    static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    LINE.get_or_init(|| {
+        let output = Command::new(server_binary()).arg("--version").output().expect("server binary runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    })
+}
+
 /// Major.minor.patch of the server binary, from `--version`.
 pub fn server_version() -> (u32, u32, u32) {
-    let output = Command::new(server_binary()).arg("--version").output().expect("server binary runs");
-    let text = String::from_utf8_lossy(&output.stdout);
-    let version = text
+    let version = version_line()
         .split_whitespace()
         .find_map(|word| word.strip_prefix("v="))
         .expect("a v=X.Y.Z in --version");
@@ -46,8 +53,7 @@ pub fn server_version() -> (u32, u32, u32) {
 }
 
 pub fn is_valkey() -> bool {
-    let output = Command::new(server_binary()).arg("--version").output().expect("server binary runs");
-    String::from_utf8_lossy(&output.stdout).to_ascii_lowercase().contains("valkey")
+    version_line().to_ascii_lowercase().contains("valkey")
 }
 
 /// Redis 7.0+ (or any Valkey): has `enable-debug-command`, COMMAND DOCS, module configs.
