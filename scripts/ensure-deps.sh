@@ -6,7 +6,11 @@
 set -euo pipefail
 
 need=()
-if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; then
+# bindgen needs libclang itself (libclang-dev); a fresh Debian image may hold
+# only libclang-cpp, whose files look alike, so ask dpkg. LIBCLANG_PATH (read
+# by bindgen) points at another libclang instead.
+if [ -z "${LIBCLANG_PATH:-}" ] && command -v dpkg >/dev/null 2>&1 \
+    && ! dpkg -s libclang-dev 2>/dev/null | grep -q '^Status: install ok installed'; then
     need+=(libclang-dev)
 fi
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
