@@ -130,3 +130,23 @@ fn a_step_back_does_not_expire_live_entries_early() {
     let ttl = pttl(&mut conn, "k");
     assert!(ttl >= second[4], "the key expires in {ttl} ms, its newest entry leaves the window in {} ms", second[4]);
 }
+
+/// The Lua fallback keeps the same rule: after a step back its admission must
+/// not shorten the key's expiry either (it reads PTTL before its PEXPIREAT).
+#[test]
+fn the_lua_fallback_does_not_expire_live_entries_early_either() {
+    const FALLBACK: &str = include_str!("../src/lua/xcloak_allow.lua");
+    let clock = Clock::install();
+    let server = Server::start();
+    let mut conn = server.client();
+    let script = redis::Script::new(FALLBACK);
+    let call = |conn: &mut redis::Connection| -> Vec<i64> {
+        script.key("k").arg(3_000).arg(3).arg("DETAILS").invoke(conn).unwrap()
+    };
+    assert_eq!(call(&mut conn)[0], 1);
+    clock.shift(&mut conn, -5_000);
+    let second = call(&mut conn);
+    assert_eq!(second[0], 1);
+    let ttl = pttl(&mut conn, "k");
+    assert!(ttl >= second[4], "the key expires in {ttl} ms, its newest entry leaves the window in {} ms", second[4]);
+}
