@@ -25,6 +25,12 @@ use crate::window::Log;
 /// Margin added to the window for the key's TTL (see `docs/design.md`).
 pub const TTL_MARGIN_MS: i64 = 1000;
 
+/// An admission leaves the key's expiry alone while it is still more than
+/// `window + TTL_MARGIN_MS - TTL_REFRESH_SLACK_MS` away: a busy key re-arms
+/// (and replicates `PEXPIREAT`) at most every 500 ms instead of on every
+/// admission, and the TTL after an admission stays in (window + 500, window + 1000].
+pub const TTL_REFRESH_SLACK_MS: i64 = 500;
+
 /// Largest `k` stored in the compact integer form of a member.
 const COMPACT_SLOTS: i64 = 1000;
 
@@ -154,9 +160,10 @@ impl ZsetKey {
     }
 
     /// Ends a write call: after an admission, sets the key to expire
-    /// `ttl_ms` after `server_ms` unless it already expires later (a server
-    /// clock that stepped back must not cut short entries stamped before the
-    /// step); then replicates and notifies what changed.
+    /// `ttl_ms` after `server_ms`, unless it already expires more than
+    /// `ttl_ms - TTL_REFRESH_SLACK_MS` from now (so an expiry is never
+    /// shortened: a server clock that stepped back must not cut short entries
+    /// stamped before the step); then replicates and notifies what changed.
     pub fn commit(&self, server_ms: i64, ttl_ms: i64) {
         let expire_at_ms = server_ms + ttl_ms;
         let ctx = self.ctx;
@@ -174,7 +181,7 @@ impl ZsetKey {
                 }
             }
             if let Some(first) = &self.first_added {
-                let extend = self.expires_sooner_than(ttl_ms);
+                let extend = self.needs_expiry(ttl_ms);
                 if extend {
                     self.expire_at(expire_at_ms);
                 }
@@ -199,11 +206,11 @@ impl ZsetKey {
         }
     }
 
-    /// Whether the key has no expiry, or one within `ttl_ms` from now.
-    fn expires_sooner_than(&self, ttl_ms: i64) -> bool {
+    /// Whether the key has no expiry, or one within `ttl_ms - TTL_REFRESH_SLACK_MS` from now.
+    fn needs_expiry(&self, ttl_ms: i64) -> bool {
         // SAFETY: the key is open and holds a value.
         let remaining_ms = unsafe { api!(RedisModule_GetExpire)(self.key) };
-        remaining_ms == raw::REDISMODULE_NO_EXPIRE as i64 || remaining_ms <= ttl_ms
+        remaining_ms == raw::REDISMODULE_NO_EXPIRE as i64 || remaining_ms <= ttl_ms - TTL_REFRESH_SLACK_MS
     }
 
     fn expire_at(&self, expire_at_ms: i64) {

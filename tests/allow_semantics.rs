@@ -125,6 +125,46 @@ fn ttl_after_admission_is_window_plus_the_margin() {
     }
 }
 
+/// A busy key re-arms its expiry at most every 500 ms: while the expiry is
+/// still more than `window + 500` ms away an admission leaves it (and the
+/// replication stream) alone; once it is closer, the next admission re-arms it
+/// to `window + 1000`. After every admission the TTL is in (window + 500, window + 1000].
+/// Fails if: every admission re-arms (the expiry moves within 500 ms), or a key
+/// is never re-armed (its TTL would fall below the window and live entries expire).
+#[test]
+fn a_busy_key_re_arms_its_expiry_at_most_every_500_ms() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let window: i64 = 60_000;
+    let w = window.to_string();
+    let (allowed, start, _, _, _, _) = allow_with_clock(&mut conn, &["busy", &w, "1000"]);
+    assert_eq!(allowed, 1);
+    let first = absolute_expiry(&mut conn, "busy");
+    for _ in 0..20 {
+        assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "busy", &w, "1000"]), 1);
+    }
+    let (allowed, _, end, _, pttl, _) = allow_with_clock(&mut conn, &["busy", &w, "1000"]);
+    assert_eq!(allowed, 1);
+    assert!(pttl > window + 500 && pttl <= window + 1000, "PTTL {pttl} after an admission");
+    if end - start < 450 {
+        assert_no_later(first, absolute_expiry(&mut conn, "busy"), "22 admissions within 450 ms");
+    } else {
+        eprintln!("slow machine: 22 calls took {} ms, the no-re-arm half is not checked", end - start);
+    }
+
+    // 600 ms later the expiry is within window + 400: the next admission re-arms it.
+    std::thread::sleep(Duration::from_millis(600));
+    let (allowed, before, after, _, pttl, _) = allow_with_clock(&mut conn, &["busy", &w, "1000"]);
+    assert_eq!(allowed, 1);
+    let rearmed = absolute_expiry(&mut conn, "busy");
+    assert!(
+        rearmed + 1 >= before + window + 1000 && rearmed <= after + window + 1000 + 1,
+        "re-armed to {rearmed}, the call ran in [{before}, {after}]"
+    );
+    assert!(rearmed > first, "the expiry moved on");
+    assert!(pttl > window + 500 && pttl <= window + 1000, "PTTL {pttl} after the re-arming admission");
+}
+
 /// A rejection leaves the TTL exactly where the last admission put it, also
 /// when the same call trims old entries. A trim that empties the key deletes it.
 /// Fails if: a rejection re-arms the TTL (keys of a client hammering a closed

@@ -224,10 +224,12 @@ if allowed then
     k = k + batch
     needed = needed - redis.call('ZADD', key, 'NX', unpack(args))
   end
-  -- Never shorten an expiry: after a server clock step back, entries stamped
-  -- before the step must outlive the new, earlier deadline.
+  -- As the module: re-arm only when the expiry is 500 ms or more below
+  -- window + 1000 (a busy key re-arms at most every 500 ms), and never shorten
+  -- it: after a server clock step back, entries stamped before the step must
+  -- outlive the new, earlier deadline.
   local ttl = redis.call('PTTL', key)
-  if ttl < 0 or ttl - 1000 <= window then
+  if ttl < 0 or ttl - 500 <= window then
     redis.call('PEXPIREAT', key, exact_sum(server_ms + 1000, window))
   end
 end
