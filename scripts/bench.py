@@ -287,7 +287,7 @@ def section_commands(server, sha, config, tag):
 # --------------------------------------------------------------------------
 # Sections 2 and 3: steady-state streams with NOW.
 
-BASE_MS = 1_000_000_000_000
+BASE_MS = 1_732_941_234_567  # a real stamp: members then take their full width (t mod 10^11 is not small)
 
 
 def steady_stream(key_prefix, keys, entries, step_ms, rounds, start_round, reject=False):

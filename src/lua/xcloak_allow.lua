@@ -13,7 +13,7 @@
 -- and expires the key with an absolute PEXPIREAT that replicas apply as is.
 --
 -- Lua numbers are doubles: every integer here stays below 2^53 and is exact,
--- except `now * 1000 + k`, which is therefore built as a string. Numbers are
+-- and so is a member's integer (t mod 10^11) * 1000 + k < 10^14. Numbers are
 -- passed to the server with string.format('%d'), never with tostring/.. .
 -- Known limit: a retry/reset reply above 2^53 - 1 ms (an entry far in the
 -- future of NOW with a window near 2^53) is rounded; the module's is exact.
@@ -25,7 +25,8 @@ end
 local MAX_EXACT_MS = 9007199254740991 -- 2^53 - 1
 local MAX_LIMIT = 1000000 -- the module's default MAX-LIMIT; keep them equal
 local MAX_COST = 1000000
-local COMPACT_SLOTS = 1000 -- members t*1000+k while k < 1000, "t:kkkkkkkkkk" beyond
+local COMPACT_SLOTS = 1000 -- members s*1000+k while k < 1000, "s:kkkkkkkkkk" beyond,
+local STAMP_CYCLE = 100000000000 -- with s = t mod 10^11 (as the module: at most 14 digits)
 local ZADD_BATCH = 500
 
 local function fail(message)
@@ -87,23 +88,25 @@ local function exact_sum(a, b)
   return int(hi) .. string.format('%08d', lo)
 end
 
--- The member of slot k at millisecond now, as the module writes it.
-local function member(now_text, now, k)
+-- The member of slot k at a millisecond whose stamp (t mod 10^11) is `stamp`,
+-- `stamp_text` its decimal, as the module writes it.
+local function member(stamp_text, stamp, k)
   if k < COMPACT_SLOTS then
-    if now == 0 then
+    if stamp == 0 then
       return int(k)
     end
-    return now_text .. string.format('%03d', k)
+    return stamp_text .. string.format('%03d', k)
   end
-  return now_text .. ':' .. string.format('%010d', k)
+  return stamp_text .. ':' .. string.format('%010d', k)
 end
 
--- The slot k of a member written at `now` by the module or this script, or nil
+-- The slot k of a member written at a millisecond of stamp `stamp` by the
+-- module or this script, or nil
 -- (the article's "now-seq" members and any foreign member are not ours).
-local function member_slot(text, now_text, now)
-  local stamp, slot = string.match(text, '^(.-):(%d+)$')
-  if stamp then
-    if stamp ~= now_text then
+local function member_slot(text, stamp_text, stamp)
+  local head, slot = string.match(text, '^(.-):(%d+)$')
+  if head then
+    if head ~= stamp_text then
       return nil
     end
     local k = tonumber(slot)
@@ -115,13 +118,13 @@ local function member_slot(text, now_text, now)
   if not is_integer(text) or string.sub(text, 1, 1) == '-' then
     return nil
   end
-  if now == 0 then
+  if stamp == 0 then
     if #text <= 3 then
       return tonumber(text)
     end
     return nil
   end
-  if #text == #now_text + 3 and string.sub(text, 1, #now_text) == now_text then
+  if #text == #stamp_text + 3 and string.sub(text, 1, #stamp_text) == stamp_text then
     return tonumber(string.sub(text, -3))
   end
   return nil
@@ -194,6 +197,8 @@ if now == nil then
   now = server_ms
 end
 local now_text = int(now)
+local stamp = math.fmod(now, STAMP_CYCLE) -- exact: now < 2^53
+local stamp_text = int(stamp)
 local cutoff = now - window -- both below 2^53 in magnitude: exact
 
 -- Trim (replicated only when it removed something; an emptied key is gone).
@@ -207,7 +212,7 @@ if allowed then
   local k = 0
   local last = redis.call('ZREVRANGEBYSCORE', key, now_text, now_text, 'LIMIT', 0, 1)[1]
   if last then
-    local slot = member_slot(last, now_text, now)
+    local slot = member_slot(last, stamp_text, stamp)
     if slot then
       k = slot + 1
     end
@@ -219,7 +224,7 @@ if allowed then
     local args = {}
     for j = 0, batch - 1 do
       args[#args + 1] = now_text
-      args[#args + 1] = member(now_text, now, k + j)
+      args[#args + 1] = member(stamp_text, stamp, k + j)
     end
     k = k + batch
     needed = needed - redis.call('ZADD', key, 'NX', unpack(args))
