@@ -55,6 +55,9 @@ mod module {
             Ok(max_limit) => max_limit,
             Err(message) => return refuse(ctx, &message),
         };
+        if let Some(name) = crate::zset::missing_api() {
+            return refuse(ctx, &format!("the server does not provide {name}"));
+        }
         for (handler, flags, doc) in COMMANDS {
             // SAFETY: called from OnLoad with the server's context; the names
             // and flags are NUL-terminated statics.

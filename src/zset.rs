@@ -57,6 +57,29 @@ macro_rules! api {
 }
 pub(crate) use api;
 
+/// The first module API function this module calls that the server did not
+/// provide, if any: `lib.rs` refuses to load then, so `api!` never fails.
+pub fn missing_api() -> Option<&'static str> {
+    macro_rules! first_missing {
+        ($($name:ident),* $(,)?) => {{
+            // SAFETY: reads the table the server filled in before OnLoad's body.
+            $( if unsafe { raw::$name }.is_none() { return Some(stringify!($name)); } )*
+            None
+        }};
+    }
+    first_missing!(
+        RedisModule_OpenKey, RedisModule_CloseKey, RedisModule_KeyType, RedisModule_ValueLength,
+        RedisModule_ZsetFirstInScoreRange, RedisModule_ZsetLastInScoreRange,
+        RedisModule_ZsetRangeEndReached, RedisModule_ZsetRangeStop, RedisModule_ZsetRangeNext,
+        RedisModule_ZsetRangeCurrentElement, RedisModule_ZsetAdd, RedisModule_ZsetRem,
+        RedisModule_DeleteKey, RedisModule_GetExpire, RedisModule_SetExpire, RedisModule_Replicate,
+        RedisModule_NotifyKeyspaceEvent, RedisModule_CreateString, RedisModule_CreateStringFromLongLong,
+        RedisModule_FreeString, RedisModule_StringPtrLen, RedisModule_Milliseconds,
+        RedisModule_WrongArity, RedisModule_ReplyWithLongLong, RedisModule_ReplyWithArray,
+        RedisModule_ReplyWithError,
+    )
+}
+
 /// How a key was found when opened.
 pub enum Opened {
     Ready(ZsetKey),
