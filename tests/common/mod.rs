@@ -122,14 +122,7 @@ impl ServerConfig {
     /// load) and returns its log once it has exited. Panics if it serves.
     pub fn start_expecting_exit(self) -> String {
         let server = Server::prepare(self);
-        let mut child = Command::new(server_binary())
-            .args(server.command_line())
-            .current_dir(&server.dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
+        let mut child = server.spawn();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(Some(_)) = child.try_wait() {
@@ -208,18 +201,24 @@ impl Server {
         assert!(self.try_launch(), "port {} was taken by another process's server", self.port);
     }
 
-    /// `launch`, but false (and no process left) when another process's
-    /// server holds the port.
-    fn try_launch(&mut self) -> bool {
-        self.port_taken = false;
-        let child = Command::new(server_binary())
+    /// The server process, with this server's options, its output discarded
+    /// (the log goes to `server.log` in its directory).
+    fn spawn(&self) -> Child {
+        Command::new(server_binary())
             .args(self.command_line())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()));
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", server_binary()))
+    }
+
+    /// `launch`, but false (and no process left) when another process's
+    /// server holds the port.
+    fn try_launch(&mut self) -> bool {
+        self.port_taken = false;
+        let child = self.spawn();
         self.child = Some(child);
         self.wait_ready();
         !self.port_taken
