@@ -230,6 +230,19 @@ def redis_benchmark(server, argv, pipelined, requests):
     return rps, p50, p99
 
 
+def benchmark_once(server, name, stat, argv, pipelined, requests):
+    """One redis-benchmark run of `argv` after CONFIG RESETSTAT: (rps, p50, p99,
+    usec_per_call of `stat`, server process CPU usec per request)."""
+    server.client.call("CONFIG", "RESETSTAT")
+    cpu_before = server.cpu_seconds()
+    rps, p50, p99 = redis_benchmark(server, argv, pipelined, requests)
+    process_usec = (server.cpu_seconds() - cpu_before) * 1e6 / requests
+    calls, usec = server.stat(stat)
+    if calls < requests:
+        sys.exit("bench: %s: commandstats shows %d calls of %d" % (name, calls, requests))
+    return rps, p50, p99, usec, process_usec
+
+
 def mean_card(server, prefix, sample=200):
     total = 0
     for i in range(0, KEYS, KEYS // sample):
@@ -270,15 +283,9 @@ def section_commands(server, sha, config, tag):
                     prefill_keys(server, key_prefix, layout, now_ms, config["prefill"])
                 card_before = mean_card(server, key_prefix) if layout else None
                 admitted_before = int(server.client.info("xcloak").get("xcloak_admitted", 0))
-                server.client.call("CONFIG", "RESETSTAT")
-                cpu_before = server.cpu_seconds()
-                rps, p50, p99 = redis_benchmark(server, argv(key_prefix), pipelined, requests)
-                process_usec = (server.cpu_seconds() - cpu_before) * 1e6 / requests
-                calls, usec = server.stat(stat)
+                rps, p50, p99, usec, process_usec = benchmark_once(server, name, stat, argv(key_prefix), pipelined, requests)
                 card_after = mean_card(server, key_prefix) if layout else None
                 admitted = int(server.client.info("xcloak").get("xcloak_admitted", 0)) - admitted_before
-                if calls < requests:
-                    sys.exit("bench: %s: commandstats shows %d calls of %d" % (name, calls, requests))
                 results.setdefault((name, pipelined), []).append(
                     (rps, usec, p50, p99, card_before, card_after, admitted / requests if stat == "xcloak.allow" else None,
                      process_usec))
