@@ -145,7 +145,8 @@ impl Cluster {
     }
 
     /// Waits (bounded) until every node reports `cluster_state:ok`, all slots
-    /// assigned, every node known, and every replica linked.
+    /// assigned, every node known, every replica linked, and every node holds
+    /// the same slot map (what `redis-cli --cluster` checks before a reshard).
     pub fn wait_ok(&self) {
         let total = self.nodes.len().to_string();
         for node in &self.nodes {
@@ -164,6 +165,19 @@ impl Cluster {
             });
             assert!(ready, "cluster node {} not ready:\n{}", node.port, node.log());
         }
+        // Replicas learn of a slot move by gossip, some time after
+        // `redis-cli --cluster reshard` returns (15-55 ms here, longer on a
+        // loaded machine); until every node holds the same map, the next
+        // reshard refuses to start ("Nodes don't agree about configuration!").
+        let agreed = eventually(Duration::from_secs(60), || {
+            let signatures: Vec<Option<String>> = self.nodes.iter().map(config_signature).collect();
+            signatures[0].is_some() && signatures.iter().all(|s| *s == signatures[0])
+        });
+        assert!(
+            agreed,
+            "cluster nodes disagree on the slot map after 60 s:\n{}",
+            self.nodes.iter().map(|n| format!("{}: {:?}", n.port, config_signature(n))).collect::<Vec<_>>().join("\n")
+        );
     }
 
     /// `CLUSTER KEYSLOT key`.
@@ -215,4 +229,27 @@ impl Cluster {
     pub fn owner_of_key(&self, key: &str) -> usize {
         self.owner_of_slot(self.keyslot(key))
     }
+}
+
+/// A node's view of who serves which slots, as `redis-cli --cluster check`
+/// compares it: from `CLUSTER NODES`, every node that serves slots with its
+/// ranges (migrating/importing markers `[...]` left out), sorted. `None` when
+/// the node cannot be asked.
+fn config_signature(node: &Server) -> Option<String> {
+    let mut conn = node.try_client().ok()?;
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut conn).ok()?;
+    let mut entries: Vec<String> = nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let mut ranges: Vec<&str> = fields.get(8..)?.iter().copied().filter(|r| !r.starts_with('[')).collect();
+            if ranges.is_empty() {
+                return None;
+            }
+            ranges.sort_unstable();
+            Some(format!("{}:{}", fields[0], ranges.join(",")))
+        })
+        .collect();
+    entries.sort_unstable();
+    Some(entries.join("|"))
 }
