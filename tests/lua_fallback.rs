@@ -529,13 +529,7 @@ fn fallback_replicates_effects_only() {
         }
         assert!(matches!(call(&mut conn, Via::Lua, &sha, &key, &args), Reply::Int(_)));
     }
-    let offset = info_field(&mut conn, "replication", "master_repl_offset").unwrap();
-    assert!(
-        eventually(Duration::from_secs(20), || {
-            info_field(&mut replica_conn, "replication", "slave_repl_offset").as_deref() == Some(offset.as_str())
-        }),
-        "replica did not catch up to offset {offset}"
-    );
+    wait_replicated(&primary, &replica);
     for i in 0..7 {
         let key = format!("r{i}");
         assert_eq!(entries(&mut conn, &key), entries(&mut replica_conn, &key), "{key}");

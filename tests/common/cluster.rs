@@ -200,6 +200,14 @@ impl Cluster {
             .collect()
     }
 
+    /// Index of the primary that replica `index` replicates from (its
+    /// `master_port` in INFO replication).
+    pub fn primary_of(&self, index: usize) -> usize {
+        let port = self.nodes[index].with(|c| info_field(c, "replication", "master_port"));
+        let port: u16 = port.and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("node {} is not a replica", self.nodes[index].port));
+        self.nodes.iter().position(|n| n.port == port).expect("its primary is one of our nodes")
+    }
+
     /// Index of the primary serving `slot`, as the first node sees it.
     pub fn owner_of_slot(&self, slot: u16) -> usize {
         let ranges: Vec<(i64, i64, (String, i64))> = self.nodes[0].with(|c| {

@@ -357,6 +357,29 @@ pub fn info_field(conn: &mut Connection, section: &str, field: &str) -> Option<S
     text.lines().find_map(|line| line.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
 }
 
+/// Waits (bounded, 60 s) until `replica` has applied everything `primary` had
+/// sent when this was called: the replica's `slave_repl_offset` reaches the
+/// primary's `master_repl_offset`. After writes made over other connections
+/// use this, not WAIT: WAIT waits for the offset of its own client's last
+/// write, so on a connection that wrote nothing it returns at once, counting
+/// every linked replica, caught up or not.
+pub fn wait_replicated(primary: &Server, replica: &Server) {
+    let offset = |server: &Server, field: &str| -> Option<u64> {
+        let mut conn = server.try_client().ok()?;
+        info_field(&mut conn, "replication", field)?.parse().ok()
+    };
+    let target = offset(primary, "master_repl_offset").expect("the primary's master_repl_offset");
+    let applied = eventually(Duration::from_secs(60), || offset(replica, "slave_repl_offset").is_some_and(|o| o >= target));
+    assert!(
+        applied,
+        "replica {} at offset {:?}, short of its primary {}'s {target} after 60 s:\n{}",
+        replica.port,
+        offset(replica, "slave_repl_offset"),
+        primary.port,
+        replica.log()
+    );
+}
+
 /// Polls `check` until it returns true or `timeout` passes.
 pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
