@@ -316,7 +316,11 @@ fn a_clock_stepping_backwards_never_gives_negative_waits_nor_loses_entries() {
                 if !is_peek {
                     cmd.arg("DETAILS");
                 }
-                let d: Vec<i64> = cmd.query(conn).unwrap();
+                // PERSIST in the same MULTI: the key's real TTL follows the
+                // server clock (>= 1 s here), so a stall between two calls on
+                // a loaded machine would expire it (as in tests/model.rs).
+                let (d,): (Vec<i64>,) =
+                    redis::pipe().atomic().add_command(cmd).cmd("PERSIST").arg(&key).ignore().query(conn).unwrap();
                 let after = entries(conn, &key);
                 prop_assert!(d[3] >= 0 || (d[3] == -1 && cost > limit), "retry_after_ms {} at now {}: {:?}", d[3], now, d);
                 prop_assert!(d[4] >= 0, "reset_after_ms {} at now {}: {:?}", d[4], now, d);

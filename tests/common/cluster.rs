@@ -9,7 +9,7 @@
 //! let ports = cluster.ports();                 // every node, for other clients
 //! ```
 //!
-//! Ports come from `free_port()` (<= 45535, bus port +10000 free). Each node's
+//! Ports come from `free_port()` (<= 22767, bus port +10000 free). Each node's
 //! `nodes.conf` lives in its own directory, so `Server::restart` keeps its
 //! identity. `redis-cli` is `$XCLOAK_REDIS_CLI`, else `redis-cli` on PATH.
 
@@ -84,7 +84,7 @@ impl Cluster {
         let config = config
             .arg("cluster-enabled", "yes")
             .arg("cluster-config-file", "nodes.conf")
-            .arg("cluster-node-timeout", "5000");
+            .arg("cluster-node-timeout", "15000");
         let total = primaries * (1 + replicas_per_primary);
         let nodes: Vec<Server> = (0..total).map(|_| config.clone().start()).collect();
         let cluster = Cluster { nodes, primaries, replicas_per_primary };

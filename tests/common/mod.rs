@@ -3,8 +3,10 @@
 //! - server binary: `$XCLOAK_SERVER` (path), else `redis-server` on PATH;
 //! - module: `$XCLOAK_MODULE`, else `target/release/libxcloak.so` (`make test`
 //!   builds it first);
-//! - each server gets its own loopback port (<= 55535, so a cluster bus port
-//!   fits too) and its own directory, and is shut down when dropped.
+//! - each server gets its own loopback port (10000..=22767: it and its
+//!   cluster bus port, +10000, stay below Linux's ephemeral range, 32768+, so
+//!   no outgoing connection takes them during a restart) and its own
+//!   directory, and is shut down when dropped.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
@@ -68,17 +70,21 @@ pub fn at_least_7_2() -> bool {
 
 static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 
-/// A free loopback port whose +10000 (cluster bus) is free too.
+/// A free loopback port whose +10000 (cluster bus) is free too. Both stay
+/// below 32768, where Linux hands out ephemeral ports (ip_local_port_range
+/// 32768-60999): a port inside that range can be taken by any outgoing
+/// connection between `Server::stop` and the relaunch on the same port.
 pub fn free_port() -> u16 {
-    // The start stays inside 20000..=45535 (pid % 600 * 50 could reach 49950,
-    // and a non-atomic wrap then handed port 20000 to two servers of one
-    // process: the second one's directory setup deleted the first one's).
-    let _ = NEXT_PORT.compare_exchange(0, 20000 + (std::process::id() % 500) as u16 * 50, Ordering::SeqCst, Ordering::SeqCst);
+    const FIRST: u16 = 10000;
+    const LAST: u16 = 22767;
+    // Each process starts at its own offset (cargo runs test binaries one
+    // after another, but the matrix and manual runs may overlap); the
+    // atomic increment-and-wrap keeps every value in range and unique until
+    // the whole range has been used.
+    let _ = NEXT_PORT.compare_exchange(0, FIRST + (std::process::id() % 250) as u16 * 50, Ordering::SeqCst, Ordering::SeqCst);
     loop {
-        // Atomic increment-and-wrap: every value handed out is in range and
-        // unique until the whole range has been used.
         let port = NEXT_PORT
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(if p >= 45535 { 20000 } else { p + 1 }))
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(if p >= LAST { FIRST } else { p + 1 }))
             .unwrap();
         let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
         if free(port) && free(port + 10000) {
@@ -357,19 +363,27 @@ pub fn info_field(conn: &mut Connection, section: &str, field: &str) -> Option<S
     text.lines().find_map(|line| line.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
 }
 
-/// Waits (bounded, 60 s) until `replica` has applied everything `primary` had
-/// sent when this was called: the replica's `slave_repl_offset` reaches the
-/// primary's `master_repl_offset`. After writes made over other connections
-/// use this, not WAIT: WAIT waits for the offset of its own client's last
-/// write, so on a connection that wrote nothing it returns at once, counting
-/// every linked replica, caught up or not.
+/// Waits (bounded, 60 s) until `replica` is linked and has applied everything
+/// `primary` had sent when this was called: its `slave_repl_offset` reaches
+/// the primary's `master_repl_offset`. After writes made over other
+/// connections use this, not WAIT: WAIT waits for the offset of its own
+/// client's last write, so on a connection that wrote nothing it returns at
+/// once, counting every linked replica, caught up or not. (The link check:
+/// a replica just pointed elsewhere reports its old master's offset.)
 pub fn wait_replicated(primary: &Server, replica: &Server) {
     let offset = |server: &Server, field: &str| -> Option<u64> {
         let mut conn = server.try_client().ok()?;
         info_field(&mut conn, "replication", field)?.parse().ok()
     };
+    let linked = || {
+        let Ok(mut conn) = replica.try_client() else { return false };
+        info_field(&mut conn, "replication", "master_link_status").as_deref() == Some("up")
+            && info_field(&mut conn, "replication", "master_port").as_deref() == Some(primary.port.to_string().as_str())
+    };
     let target = offset(primary, "master_repl_offset").expect("the primary's master_repl_offset");
-    let applied = eventually(Duration::from_secs(60), || offset(replica, "slave_repl_offset").is_some_and(|o| o >= target));
+    let applied = eventually(Duration::from_secs(60), || {
+        linked() && offset(replica, "slave_repl_offset").is_some_and(|o| o >= target)
+    });
     assert!(
         applied,
         "replica {} at offset {:?}, short of its primary {}'s {target} after 60 s:\n{}",
