@@ -68,12 +68,13 @@ fn keys_on_every_shard_each_admit_exactly_their_limit() {
     // and once a replica has applied its primary's stream it holds exactly
     // that primary's keys. (Not WAIT on a fresh connection: that returns at
     // once, before the replica has caught up.)
-    let replicas: Vec<usize> = (0..cluster.nodes.len()).filter(|i| !primaries.contains(i)).collect();
-    let followed: BTreeSet<usize> = replicas.iter().map(|&r| cluster.primary_of(r)).collect();
+    let replicas: Vec<(usize, usize)> =
+        (0..cluster.nodes.len()).filter(|i| !primaries.contains(i)).map(|r| (r, cluster.primary_of(r))).collect();
+    let followed: BTreeSet<usize> = replicas.iter().map(|&(_, p)| p).collect();
     assert_eq!(replicas.len(), primaries.len());
     assert_eq!(followed, primaries.iter().copied().collect::<BTreeSet<_>>(), "each primary has its own replica");
-    for &r in &replicas {
-        let (replica, p) = (&cluster.nodes[r], cluster.primary_of(r));
+    for &(r, p) in &replicas {
+        let replica = &cluster.nodes[r];
         wait_replicated(&cluster.nodes[p], replica);
         let held = local_keys(replica);
         let owned = &expected[&p];
