@@ -55,13 +55,18 @@ fn server_ms(conn: &mut redis::Connection) -> i64 {
     secs * 1000 + micros / 1000
 }
 
-fn details(conn: &mut redis::Connection, cmd: &str, key: &str, window: i64, limit: i64) -> Vec<i64> {
+/// `cmd key window limit`, with DETAILS for ALLOW: both reply the 5 fields.
+fn details_command(cmd: &str, key: &str, window: i64, limit: i64) -> redis::Cmd {
     let mut c = redis::cmd(cmd);
     c.arg(key).arg(window).arg(limit);
     if cmd == "XCLOAK.ALLOW" {
         c.arg("DETAILS");
     }
-    c.query(conn).unwrap()
+    c
+}
+
+fn details(conn: &mut redis::Connection, cmd: &str, key: &str, window: i64, limit: i64) -> Vec<i64> {
+    details_command(cmd, key, window, limit).query(conn).unwrap()
 }
 
 /// Runs `call` and `PTTL key` in one MULTI, so no stall of the test machine
@@ -127,8 +132,7 @@ fn a_step_back_does_not_expire_live_entries_early() {
     let first = details(&mut conn, "XCLOAK.ALLOW", "k", 3_000, 3);
     assert_eq!(first[0], 1);
     clock.shift(&mut conn, -5_000);
-    let call = redis::cmd("XCLOAK.ALLOW").arg("k").arg(3_000).arg(3).arg("DETAILS").clone();
-    let (second, ttl) = with_pttl(&mut conn, call, "k");
+    let (second, ttl) = with_pttl(&mut conn, details_command("XCLOAK.ALLOW", "k", 3_000, 3), "k");
     assert_eq!(second[0], 1);
     assert!(ttl >= second[4], "the key expires in {ttl} ms, its newest entry leaves the window in {} ms", second[4]);
 }
@@ -141,14 +145,10 @@ fn the_lua_fallback_does_not_expire_live_entries_early_either() {
     let clock = Clock::install();
     let server = Server::start();
     let mut conn = server.client();
-    let script = redis::Script::new(FALLBACK);
-    let call = |conn: &mut redis::Connection| -> Vec<i64> {
-        script.key("k").arg(3_000).arg(3).arg("DETAILS").invoke(conn).unwrap()
-    };
-    assert_eq!(call(&mut conn)[0], 1);
+    let eval = || redis::cmd("EVAL").arg(FALLBACK).arg(1).arg("k").arg(3_000).arg(3).arg("DETAILS").clone();
+    assert_eq!(eval().query::<Vec<i64>>(&mut conn).unwrap()[0], 1);
     clock.shift(&mut conn, -5_000);
-    let eval = redis::cmd("EVAL").arg(FALLBACK).arg(1).arg("k").arg(3_000).arg(3).arg("DETAILS").clone();
-    let (second, ttl) = with_pttl(&mut conn, eval, "k");
+    let (second, ttl) = with_pttl(&mut conn, eval(), "k");
     assert_eq!(second[0], 1);
     assert!(ttl >= second[4], "the key expires in {ttl} ms, its newest entry leaves the window in {} ms", second[4]);
 }

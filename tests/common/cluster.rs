@@ -153,7 +153,7 @@ impl Cluster {
             let ready = eventually(Duration::from_secs(60), || {
                 let Ok(mut conn) = node.try_client() else { return false };
                 let Ok(info) = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut conn) else { return false };
-                let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(&format!("{name}:")).map(|v| v.trim().to_string()));
+                let field = |name: &str| field_of(&info, name);
                 if field("cluster_state").as_deref() != Some("ok")
                     || field("cluster_slots_assigned").as_deref() != Some("16384")
                     || field("cluster_known_nodes").as_deref() != Some(total.as_str())

@@ -360,7 +360,12 @@ pub fn digest(conn: &mut Connection) -> String {
 /// A field of `INFO <section>` as a string.
 pub fn info_field(conn: &mut Connection, section: &str, field: &str) -> Option<String> {
     let text: String = redis::cmd("INFO").arg(section).query(conn).unwrap();
-    text.lines().find_map(|line| line.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+    field_of(&text, field)
+}
+
+/// The value of `field` in an INFO text (`field:value` lines).
+pub fn field_of(info: &str, field: &str) -> Option<String> {
+    info.lines().find_map(|line| line.strip_prefix(field)?.strip_prefix(':').map(|v| v.trim().to_string()))
 }
 
 /// Waits (bounded, 60 s) until `replica` is linked and has applied everything
@@ -371,25 +376,25 @@ pub fn info_field(conn: &mut Connection, section: &str, field: &str) -> Option<S
 /// once, counting every linked replica, caught up or not. (The link check:
 /// a replica just pointed elsewhere reports its old master's offset.)
 pub fn wait_replicated(primary: &Server, replica: &Server) {
-    let offset = |server: &Server, field: &str| -> Option<u64> {
-        let mut conn = server.try_client().ok()?;
-        info_field(&mut conn, "replication", field)?.parse().ok()
+    let replication = |server: &Server| -> Option<String> {
+        redis::cmd("INFO").arg("replication").query(&mut server.try_client().ok()?).ok()
     };
-    let linked = || {
-        let Ok(mut conn) = replica.try_client() else { return false };
-        info_field(&mut conn, "replication", "master_link_status").as_deref() == Some("up")
-            && info_field(&mut conn, "replication", "master_port").as_deref() == Some(primary.port.to_string().as_str())
-    };
-    let target = offset(primary, "master_repl_offset").expect("the primary's master_repl_offset");
+    let offset = |info: &str, field: &str| -> Option<u64> { field_of(info, field)?.parse().ok() };
+    let target = replication(primary).and_then(|info| offset(&info, "master_repl_offset")).expect("the primary's master_repl_offset");
+    let port = primary.port.to_string();
     let applied = eventually(Duration::from_secs(60), || {
-        linked() && offset(replica, "slave_repl_offset").is_some_and(|o| o >= target)
+        replication(replica).is_some_and(|info| {
+            field_of(&info, "master_link_status").as_deref() == Some("up")
+                && field_of(&info, "master_port") == Some(port.clone())
+                && offset(&info, "slave_repl_offset").is_some_and(|o| o >= target)
+        })
     });
     assert!(
         applied,
-        "replica {} at offset {:?}, short of its primary {}'s {target} after 60 s:\n{}",
+        "replica {} not linked to its primary {} at offset {target} or beyond after 60 s:\n{}\n{}",
         replica.port,
-        offset(replica, "slave_repl_offset"),
         primary.port,
+        replication(replica).unwrap_or_default(),
         replica.log()
     );
 }
