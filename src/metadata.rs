@@ -48,6 +48,7 @@ pub struct Arg {
 #[derive(Clone, Copy)]
 pub enum Kind {
     Key,
+    String,
     Integer,
     UnixTime,
     PureToken,
@@ -57,6 +58,7 @@ impl Kind {
     fn raw(self) -> raw::RedisModuleCommandArgType {
         match self {
             Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+            Kind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
             Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
             Kind::UnixTime => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
             Kind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
@@ -68,7 +70,7 @@ const KEY: Arg = Arg {
     name: c"key",
     kind: Kind::Key,
     token: None,
-    summary: c"The sorted set holding the window's log (one per client identity).",
+    summary: c"The window's log (one per client identity): a sorted set, or the compact type xcloaklog.",
     optional: false,
 };
 const WINDOW: Arg = Arg {
@@ -131,6 +133,39 @@ pub const PEEK: CommandDoc = CommandDoc {
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     acl_categories: c"read fast",
     args: &[KEY, WINDOW, LIMIT, COST, NOW],
+};
+
+pub const CONVERT: CommandDoc = CommandDoc {
+    name: c"xcloak.convert",
+    summary: c"Rewrites one window in the other storage form (ZSET: a sorted set; COMPACT: the module's \
+compact type), keeping every entry and the TTL. Replies 1 if converted, 0 if the key is missing or already in that form.",
+    complexity: c"O(N) with N the entries in the key (O(N*log(N)) into a sorted set).",
+    tips: None,
+    arity: 3,
+    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    acl_categories: c"write slow",
+    args: &[
+        KEY,
+        Arg {
+            name: c"target",
+            kind: Kind::String,
+            token: None,
+            summary: c"ZSET or COMPACT (COMPACT needs the module loaded with STORAGE compact).",
+            optional: false,
+        },
+    ],
+};
+
+pub const APPLY: CommandDoc = CommandDoc {
+    name: c"xcloak.apply",
+    summary: c"Internal: replays an effect of a compact window (TRIM, ADD, REMOVE, LOAD) from the \
+replication link or the AOF. Refused from clients.",
+    complexity: c"O(M + C) for a trim of M entries and an add of C; O(N) for LOAD of N entries.",
+    tips: None,
+    arity: -2,
+    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    acl_categories: c"write",
+    args: &[KEY],
 };
 
 /// The layout version the server checks the structures against (the

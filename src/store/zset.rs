@@ -1,5 +1,5 @@
-//! The one file that touches keys: [`Log`] over a Redis sorted set, and the
-//! replication of what a call changed.
+//! The sorted-set form of a window: [`Log`] over a Redis sorted set, and the
+//! effects it replicates.
 //!
 //! Layout (shared with the article's script and `src/lua/`): one sorted set per
 //! limited identity, score = admission time in ms, one member per unit of cost.
@@ -20,21 +20,12 @@
 //! members, and `PEXPIREAT key abs-ms`. Redis wraps them in MULTI/EXEC.
 
 use std::ffi::c_int;
-use std::os::raw::c_char;
 use std::ptr;
 
 use redis_module::raw;
 
+use super::{api, Changes, Key, Owned};
 use crate::window::Log;
-
-/// Margin added to the window for the key's TTL (see `docs/design.md`).
-pub const TTL_MARGIN_MS: i64 = 1000;
-
-/// An admission leaves the key's expiry alone while it is still more than
-/// `window + TTL_MARGIN_MS - TTL_REFRESH_SLACK_MS` away: a busy key re-arms
-/// (and replicates `PEXPIREAT`) at most every 500 ms instead of on every
-/// admission, and the TTL after an admission stays in (window + 500, window + 1000].
-pub const TTL_REFRESH_SLACK_MS: i64 = 500;
 
 /// Largest `k` stored in the compact integer form of a member.
 const COMPACT_SLOTS: i64 = 1000;
@@ -45,137 +36,41 @@ const STAMP_CYCLE_MS: i64 = 100_000_000_000;
 /// Expired members `trim` collects in its single pass over the range.
 const TRIM_BATCH: usize = 16;
 
-/// Calls a function of the module API. Every one used here exists on all
-/// supported servers (checked at load, see `lib.rs`).
-macro_rules! api {
-    ($name:ident) => {{
-        // SAFETY: the API table is filled once, at load, before any call.
-        #[allow(unused_unsafe)]
-        let function = unsafe { raw::$name };
-        function.expect(concat!(stringify!($name), " is missing"))
-    }};
-}
-pub(crate) use api;
+/// Score/member pairs per replicated `ZADD` when a whole window is written.
+const ZADD_BATCH: usize = 512;
 
-/// The first module API function this module calls that the server did not
-/// provide, if any: `lib.rs` refuses to load then, so `api!` never fails.
-pub fn missing_api() -> Option<&'static str> {
-    macro_rules! first_missing {
-        ($($name:ident),* $(,)?) => {{
-            // SAFETY: reads the table the server filled in before OnLoad's body.
-            $( if unsafe { raw::$name }.is_none() { return Some(stringify!($name)); } )*
-            None
-        }};
-    }
-    first_missing!(
-        RedisModule_OpenKey, RedisModule_CloseKey, RedisModule_KeyType, RedisModule_ValueLength,
-        RedisModule_ZsetFirstInScoreRange, RedisModule_ZsetLastInScoreRange,
-        RedisModule_ZsetRangeEndReached, RedisModule_ZsetRangeStop, RedisModule_ZsetRangeNext,
-        RedisModule_ZsetRangeCurrentElement, RedisModule_ZsetAdd, RedisModule_ZsetRem,
-        RedisModule_DeleteKey, RedisModule_GetExpire, RedisModule_SetExpire, RedisModule_Replicate,
-        RedisModule_NotifyKeyspaceEvent, RedisModule_CreateString, RedisModule_CreateStringFromLongLong,
-        RedisModule_FreeString, RedisModule_StringPtrLen, RedisModule_Milliseconds,
-        RedisModule_WrongArity, RedisModule_ReplyWithLongLong, RedisModule_ReplyWithArray,
-        RedisModule_ReplyWithError,
-    )
-}
-
-/// How a key was found when opened.
-pub enum Opened {
-    Ready(ZsetKey),
-    WrongType,
-}
-
-/// An open key, closed on drop (also when unwinding from a panic).
-pub struct ZsetKey {
-    ctx: *mut raw::RedisModuleCtx,
-    key: *mut raw::RedisModuleKey,
-    name: *mut raw::RedisModuleString,
-    writable: bool,
-    /// Entries removed by `trim`, and the cutoff used, for replication.
-    trimmed: u64,
-    cutoff_ms: i64,
-    /// Members added by `record`, and their score, for replication. The
-    /// first is held inline: an admission of cost 1 allocates nothing.
+/// A window held in a sorted set, open for one call.
+pub struct ZsetLog {
+    pub key: Key,
+    pub changes: Changes,
+    /// Members added by `record`, for replication. The first is held
+    /// inline: an admission of cost 1 allocates nothing.
     first_added: Option<Owned>,
     more_added: Vec<Owned>,
-    added_at_ms: i64,
 }
 
-impl Drop for ZsetKey {
-    fn drop(&mut self) {
-        // SAFETY: `key` came from OpenKey and is closed exactly once, here.
-        unsafe { api!(RedisModule_CloseKey)(self.key) };
-    }
-}
-
-impl ZsetKey {
-    /// Opens `name` for reading, or for reading and writing.
-    ///
-    /// # Safety
-    /// `ctx` and `name` must be the live context and an argument of the
-    /// command being executed.
-    pub unsafe fn open(
-        ctx: *mut raw::RedisModuleCtx,
-        name: *mut raw::RedisModuleString,
-        writable: bool,
-    ) -> Opened {
-        let mode = if writable {
-            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
-        } else {
-            raw::REDISMODULE_READ
-        };
-        let key = unsafe { api!(RedisModule_OpenKey)(ctx, name, mode as c_int) };
-        let opened = ZsetKey {
-            ctx,
-            key,
-            name,
-            writable,
-            trimmed: 0,
-            cutoff_ms: 0,
-            first_added: None,
-            more_added: Vec::new(),
-            added_at_ms: 0,
-        };
-        let key_type = unsafe { api!(RedisModule_KeyType)(key) } as isize;
-        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY || key_type == raw::REDISMODULE_KEYTYPE_ZSET {
-            Opened::Ready(opened)
-        } else {
-            Opened::WrongType
-        }
+impl ZsetLog {
+    pub fn new(key: Key) -> ZsetLog {
+        ZsetLog { key, changes: Changes::default(), first_added: None, more_added: Vec::new() }
     }
 
-    fn is_empty(&self) -> bool {
-        (unsafe { api!(RedisModule_KeyType)(self.key) }) as isize == raw::REDISMODULE_KEYTYPE_EMPTY
+    fn ctx(&self) -> *mut raw::RedisModuleCtx {
+        self.key.ctx
     }
 
     /// Positions the range iterator on the first (or last) entry with a score
     /// in the range; false if there is none.
     fn seek(&self, min: f64, max: f64, min_exclusive: bool, first: bool) -> bool {
-        if self.is_empty() {
-            return false;
-        }
-        let seek = if first {
-            api!(RedisModule_ZsetFirstInScoreRange)
-        } else {
-            api!(RedisModule_ZsetLastInScoreRange)
-        };
-        // SAFETY: the key is an open, non-empty sorted set.
-        unsafe {
-            seek(self.key, min, max, min_exclusive as c_int, 0) == raw::REDISMODULE_OK as c_int
-                && api!(RedisModule_ZsetRangeEndReached)(self.key) == 0
-        }
+        seek(&self.key, min, max, min_exclusive, first)
     }
 
     fn stop(&self) {
-        unsafe { api!(RedisModule_ZsetRangeStop)(self.key) };
+        unsafe { api!(RedisModule_ZsetRangeStop)(self.key.raw) };
     }
 
     /// The member and score under the iterator. The member is freed by `Owned`.
     fn current(&self) -> (Owned, f64) {
-        let mut score = 0.0;
-        let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(self.key, &mut score) };
-        (Owned { ctx: self.ctx, string: member }, score)
+        current(&self.key)
     }
 
     /// The next free `k` for a member at `now_ms`: one past the last entry
@@ -190,77 +85,116 @@ impl ZsetKey {
         member_slot(member.bytes(), now_ms).map_or(0, |k| k + 1)
     }
 
-    /// Ends a write call: after an admission, sets the key to expire
-    /// `ttl_ms` after `server_ms`, unless it already expires more than
-    /// `ttl_ms - TTL_REFRESH_SLACK_MS` from now (so an expiry is never
-    /// shortened: a server clock that stepped back must not cut short entries
-    /// stamped before the step); then replicates and notifies what changed.
-    pub fn commit(&self, server_ms: i64, ttl_ms: i64) {
-        let expire_at_ms = server_ms + ttl_ms;
-        let ctx = self.ctx;
+    /// Replicates the call's changes: `ZREMRANGEBYSCORE key -inf cutoff`
+    /// after a trim, `ZADD key t m1 t m2 ...` with the exact members added.
+    pub fn replicate_changes(&self) {
+        let (ctx, name) = (self.ctx(), self.key.name);
         let replicate = api!(RedisModule_Replicate);
-        let notify = api!(RedisModule_NotifyKeyspaceEvent);
         // SAFETY: format strings match the arguments passed after them: "s" a
         // RedisModuleString, "c" a C string, "l" a long long, "v" an array and
         // its length. RedisModule_Replicate retains what it needs.
         unsafe {
-            if self.trimmed > 0 {
-                replicate(ctx, c"ZREMRANGEBYSCORE".as_ptr(), c"scl".as_ptr(), self.name, c"-inf".as_ptr(), self.cutoff_ms);
-                notify(ctx, raw::NotifyEvent::ZSET.bits(), c"zremrangebyscore".as_ptr(), self.name);
-                if self.is_empty() {
-                    notify(ctx, raw::NotifyEvent::GENERIC.bits(), c"del".as_ptr(), self.name);
-                }
+            if self.changes.trimmed > 0 {
+                replicate(ctx, c"ZREMRANGEBYSCORE".as_ptr(), c"scl".as_ptr(), name, c"-inf".as_ptr(), self.changes.cutoff_ms as std::ffi::c_longlong);
             }
             if let Some(first) = &self.first_added {
-                let extend = self.needs_expiry(ttl_ms);
-                if extend {
-                    self.expire_at(expire_at_ms);
-                }
+                let at_ms = self.changes.added_at_ms;
                 if self.more_added.is_empty() {
                     // The common case, cost 1: no argument vector to build.
-                    replicate(ctx, c"ZADD".as_ptr(), c"sls".as_ptr(), self.name, self.added_at_ms as std::ffi::c_longlong, first.string);
+                    replicate(ctx, c"ZADD".as_ptr(), c"sls".as_ptr(), name, at_ms as std::ffi::c_longlong, first.string);
                 } else {
-                    let score = Owned::from_i64(ctx, self.added_at_ms);
-                    let mut argv: Vec<*mut raw::RedisModuleString> = Vec::with_capacity((1 + self.more_added.len()) * 2);
-                    for member in std::iter::once(first).chain(&self.more_added) {
-                        argv.push(score.string);
-                        argv.push(member.string);
-                    }
-                    replicate(ctx, c"ZADD".as_ptr(), c"sv".as_ptr(), self.name, argv.as_ptr(), argv.len());
-                }
-                notify(ctx, raw::NotifyEvent::ZSET.bits(), c"zadd".as_ptr(), self.name);
-                if extend {
-                    replicate(ctx, c"PEXPIREAT".as_ptr(), c"sl".as_ptr(), self.name, expire_at_ms);
-                    notify(ctx, raw::NotifyEvent::GENERIC.bits(), c"expire".as_ptr(), self.name);
+                    let members: Vec<&Owned> = std::iter::once(first).chain(&self.more_added).collect();
+                    replicate_zadd(&self.key, at_ms, &members);
                 }
             }
-        }
-    }
-
-    /// Whether the key has no expiry, or one within `ttl_ms - TTL_REFRESH_SLACK_MS` from now.
-    fn needs_expiry(&self, ttl_ms: i64) -> bool {
-        // SAFETY: the key is open and holds a value.
-        let remaining_ms = unsafe { api!(RedisModule_GetExpire)(self.key) };
-        remaining_ms == raw::REDISMODULE_NO_EXPIRE as i64 || remaining_ms <= ttl_ms - TTL_REFRESH_SLACK_MS
-    }
-
-    fn expire_at(&self, expire_at_ms: i64) {
-        // SAFETY: the key is open for writing and holds a value (just added to).
-        unsafe {
-            match raw::RedisModule_SetAbsExpire {
-                Some(set_abs) => set_abs(self.key, expire_at_ms),
-                None => api!(RedisModule_SetExpire)(
-                    self.key,
-                    (expire_at_ms - api!(RedisModule_Milliseconds)()).max(1),
-                ),
-            };
         }
     }
 }
 
-impl Log for ZsetKey {
+/// Replicates `ZADD key at m1 at m2 ...` for `members`, all scored `at_ms`.
+fn replicate_zadd(key: &Key, at_ms: i64, members: &[&Owned]) {
+    let score = Owned::from_i64(key.ctx, at_ms);
+    let mut argv: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(members.len() * 2);
+    for member in members {
+        argv.push(score.string);
+        argv.push(member.string);
+    }
+    // SAFETY: "s" the key name, "v" an array of RedisModuleStrings and its length.
+    unsafe { api!(RedisModule_Replicate)(key.ctx, c"ZADD".as_ptr(), c"sv".as_ptr(), key.name, argv.as_ptr(), argv.len()) };
+}
+
+fn seek(key: &Key, min: f64, max: f64, min_exclusive: bool, first: bool) -> bool {
+    if key.is_empty() {
+        return false;
+    }
+    let seek = if first { api!(RedisModule_ZsetFirstInScoreRange) } else { api!(RedisModule_ZsetLastInScoreRange) };
+    // SAFETY: the key is an open, non-empty sorted set.
+    unsafe {
+        seek(key.raw, min, max, min_exclusive as c_int, 0) == raw::REDISMODULE_OK as c_int
+            && api!(RedisModule_ZsetRangeEndReached)(key.raw) == 0
+    }
+}
+
+fn current(key: &Key) -> (Owned, f64) {
+    let mut score = 0.0;
+    let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score) };
+    (Owned::adopt(key.ctx, member), score)
+}
+
+/// Every entry of the sorted set at `key` as runs `(stamp_ms, count)`,
+/// oldest first; refused if a score is not a stamp (0 to 2^53 - 1).
+pub fn read_runs(key: &Key) -> Result<Vec<(i64, u64)>, String> {
+    let mut runs: Vec<(i64, u64)> = Vec::new();
+    if !seek(key, f64::NEG_INFINITY, f64::INFINITY, false, true) {
+        return Ok(runs);
+    }
+    let result = loop {
+        let mut score = 0.0;
+        // SAFETY: the iterator is on an element; the member is freed at once.
+        let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score) };
+        drop(Owned::adopt(key.ctx, member));
+        if !(0.0..=crate::args::MAX_EXACT_MS as f64).contains(&score) {
+            break Err(format!("the sorted set holds a score ({score}) that is not a stamp from 0 to {}", crate::args::MAX_EXACT_MS));
+        }
+        let stamp_ms = score_ms(score);
+        match runs.last_mut() {
+            Some((last_ms, count)) if *last_ms == stamp_ms => *count += 1,
+            _ => runs.push((stamp_ms, 1)),
+        }
+        if unsafe { api!(RedisModule_ZsetRangeNext)(key.raw) } == 0 {
+            break Ok(runs);
+        }
+    };
+    unsafe { api!(RedisModule_ZsetRangeStop)(key.raw) };
+    result
+}
+
+/// Writes `runs` into the empty `key` as a sorted set, with this module's
+/// members (`k` = 0, 1, ... at each stamp), and replicates the `ZADD`s.
+pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
+    let mut buffer = [0u8; 48];
+    for &(stamp_ms, count) in runs {
+        let mut pending: Vec<Owned> = Vec::new();
+        for k in 0..count as i64 {
+            let member = Owned::from_bytes(key.ctx, format_member(&mut buffer, stamp_ms, k));
+            let mut flags = raw::REDISMODULE_ZADD_NX as c_int;
+            // SAFETY: the key is open for writing, empty or a sorted set.
+            unsafe { api!(RedisModule_ZsetAdd)(key.raw, stamp_ms as f64, member.string, &mut flags) };
+            pending.push(member);
+            if pending.len() == ZADD_BATCH {
+                replicate_zadd(key, stamp_ms, &pending.iter().collect::<Vec<_>>());
+                pending.clear();
+            }
+        }
+        if !pending.is_empty() {
+            replicate_zadd(key, stamp_ms, &pending.iter().collect::<Vec<_>>());
+        }
+    }
+}
+
+impl Log for ZsetLog {
     fn len(&self) -> u64 {
-        unsafe { api!(RedisModule_ValueLength)(self.key) as u64 }
+        unsafe { api!(RedisModule_ValueLength)(self.key.raw) as u64 }
     }
 
     fn count_expired(&self, cutoff_ms: i64) -> u64 {
@@ -268,7 +202,7 @@ impl Log for ZsetKey {
             return 0;
         }
         let mut count = 1;
-        while unsafe { api!(RedisModule_ZsetRangeNext)(self.key) } != 0 {
+        while unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } != 0 {
             count += 1;
         }
         self.stop();
@@ -276,8 +210,7 @@ impl Log for ZsetKey {
     }
 
     fn trim(&mut self, cutoff_ms: i64) -> u64 {
-        debug_assert!(self.writable);
-        self.cutoff_ms = cutoff_ms;
+        self.changes.cutoff_ms = cutoff_ms;
         let cutoff = cutoff_ms as f64;
         if !self.seek(f64::NEG_INFINITY, cutoff, false, true) {
             return 0;
@@ -290,7 +223,7 @@ impl Log for ZsetKey {
         let more = loop {
             expired[collected] = Some(self.current().0);
             collected += 1;
-            let next = unsafe { api!(RedisModule_ZsetRangeNext)(self.key) } != 0;
+            let next = unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } != 0;
             if !next || collected == TRIM_BATCH {
                 break next;
             }
@@ -298,25 +231,25 @@ impl Log for ZsetKey {
         self.stop();
         if !more && collected as u64 == self.len() || more && !self.seek(cutoff, f64::INFINITY, true, true) {
             // Nothing live left: drop the whole key at once.
-            self.trimmed = self.len();
-            unsafe { api!(RedisModule_DeleteKey)(self.key) };
-            return self.trimmed;
+            self.changes.trimmed = self.len();
+            self.key.delete();
+            return self.changes.trimmed;
         }
         if more {
             self.stop();
         }
         for member in expired.iter().flatten() {
-            unsafe { api!(RedisModule_ZsetRem)(self.key, member.string, ptr::null_mut()) };
+            unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
         }
-        self.trimmed = collected as u64;
+        self.changes.trimmed = collected as u64;
         // A long backlog (more than a batch expired at once): one at a time.
         while more && self.seek(f64::NEG_INFINITY, cutoff, false, true) {
             let (member, _) = self.current();
             self.stop();
-            unsafe { api!(RedisModule_ZsetRem)(self.key, member.string, ptr::null_mut()) };
-            self.trimmed += 1;
+            unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
+            self.changes.trimmed += 1;
         }
-        self.trimmed
+        self.changes.trimmed
     }
 
     fn nth_live(&self, cutoff_ms: i64, n: u64) -> Option<i64> {
@@ -324,7 +257,7 @@ impl Log for ZsetKey {
             return None;
         }
         for _ in 1..n {
-            if unsafe { api!(RedisModule_ZsetRangeNext)(self.key) } == 0 {
+            if unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } == 0 {
                 self.stop();
                 return None;
             }
@@ -344,18 +277,17 @@ impl Log for ZsetKey {
     }
 
     fn record(&mut self, now_ms: i64, cost: u64) {
-        debug_assert!(self.writable);
-        self.added_at_ms = now_ms;
+        self.changes.added_at_ms = now_ms;
         let mut slot = self.next_slot(now_ms);
         let mut buffer = [0u8; 48];
         let mut added = 0;
         while added < cost {
-            let member = Owned::from_bytes(self.ctx, format_member(&mut buffer, now_ms, slot));
+            let member = Owned::from_bytes(self.ctx(), format_member(&mut buffer, now_ms, slot));
             slot += 1;
             let mut flags = raw::REDISMODULE_ZADD_NX as c_int;
             // SAFETY: the key is open for writing and is empty or a sorted set;
             // the score is an integer below 2^53, never NaN.
-            let status = unsafe { api!(RedisModule_ZsetAdd)(self.key, now_ms as f64, member.string, &mut flags) };
+            let status = unsafe { api!(RedisModule_ZsetAdd)(self.key.raw, now_ms as f64, member.string, &mut flags) };
             if status != raw::REDISMODULE_OK as c_int {
                 break;
             }
@@ -373,6 +305,7 @@ impl Log for ZsetKey {
                 added += 1;
             }
         }
+        self.changes.added += added;
     }
 }
 
@@ -381,51 +314,6 @@ impl Log for ZsetKey {
 /// are never reported shorter than they are.
 fn score_ms(score: f64) -> i64 {
     score.ceil() as i64
-}
-
-/// A RedisModuleString this module created or was handed, freed on drop.
-pub struct Owned {
-    ctx: *mut raw::RedisModuleCtx,
-    string: *mut raw::RedisModuleString,
-}
-
-impl Owned {
-    fn from_bytes(ctx: *mut raw::RedisModuleCtx, bytes: &[u8]) -> Self {
-        let string = unsafe { api!(RedisModule_CreateString)(ctx, bytes.as_ptr() as *const c_char, bytes.len()) };
-        Owned { ctx, string }
-    }
-
-    fn from_i64(ctx: *mut raw::RedisModuleCtx, value: i64) -> Self {
-        let string = unsafe { api!(RedisModule_CreateStringFromLongLong)(ctx, value) };
-        Owned { ctx, string }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        bytes_of(self.string)
-    }
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        if !self.string.is_null() {
-            // SAFETY: created by this module (or handed over by the iterator,
-            // which transfers ownership) and freed exactly once.
-            unsafe { api!(RedisModule_FreeString)(self.ctx, self.string) };
-        }
-    }
-}
-
-/// The bytes of a RedisModuleString (valid while the string is).
-pub fn bytes_of<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
-    if string.is_null() {
-        return &[];
-    }
-    let mut len = 0usize;
-    // SAFETY: StringPtrLen returns a pointer to `len` bytes owned by `string`.
-    unsafe {
-        let data = api!(RedisModule_StringPtrLen)(string, &mut len);
-        std::slice::from_raw_parts(data as *const u8, len)
-    }
 }
 
 /// Writes the member of slot `k` at `now_ms` into `buffer` (by hand: this

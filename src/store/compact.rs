@@ -1,0 +1,491 @@
+//! The compact form of a window: the module's data type `xcloaklog`, holding a
+//! [`RunLog`] (the log as varint runs, `encoding.rs`), and everything that makes
+//! it a real data type: RDB save/load with an encoding version, AOF rewrite,
+//! DUMP/RESTORE (and so MIGRATE and resharding), COPY, MEMORY USAGE, lazy
+//! free, DEBUG DIGEST-VALUE, active defrag.
+//!
+//! The type is registered only when the module is loaded with
+//! `STORAGE compact`: a server loaded without it has no module type, so
+//! `MODULE UNLOAD` works and RDB/AOF hold only core types.
+//!
+//! Effects, not commands, are replicated: one internal command,
+//! `XCLOAK.APPLY key [LOAD bytes] [TRIM cutoff] [REMOVE stamp count] [ADD stamp count]`,
+//! carries exactly what a call did, with explicit values (a replica never
+//! consults its own clock), and `PEXPIREAT` the expiry. `XCLOAK.APPLY` runs
+//! only from the replication link or while loading the AOF; a client gets
+//! an error. The AOF rewrite emits `XCLOAK.APPLY key LOAD <canonical bytes>`.
+
+use std::ffi::{c_char, c_int, c_longlong, c_void, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+
+use redis_module::raw;
+
+use super::encoding::{RunLog, MAX_ENTRIES};
+use super::{api, Changes, Key};
+use crate::args::{parse_i64, MAX_COST, MAX_EXACT_MS};
+use crate::window::Log;
+
+/// `TYPE` replies this; module type names are exactly 9 characters.
+pub const TYPE_NAME: &std::ffi::CStr = c"xcloaklog";
+
+/// The RDB encoding this module writes and reads. A payload of a later
+/// version (from a newer module) is refused with a log line, never guessed at.
+pub const ENCODING_VERSION: c_int = 1;
+
+/// The server's own wrapper around a module value (its object header and
+/// the type/value pair), counted in `MEMORY USAGE` like a core type's header.
+const SERVER_WRAPPER_BYTES: usize = 32;
+
+static TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(ptr::null_mut());
+
+/// Whether the type is registered (the module was loaded with `STORAGE compact`).
+pub fn registered() -> bool {
+    !TYPE.load(Relaxed).is_null()
+}
+
+/// Registers `xcloaklog`. Call from `OnLoad` only.
+pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    // SAFETY: reading the function table the server filled in at load.
+    let defrag_api = unsafe { raw::RedisModule_DefragAlloc }.is_some();
+    let mut methods = raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: Some(free_effort),
+        unlink: None,
+        copy: Some(copy),
+        defrag: if defrag_api { Some(defrag) } else { None },
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    };
+    // SAFETY: the load context, a NUL-terminated static name, and methods the
+    // server copies.
+    let created = unsafe { api!(RedisModule_CreateDataType)(ctx, TYPE_NAME.as_ptr(), ENCODING_VERSION, &mut methods) };
+    if created.is_null() {
+        return Err("could not register the data type xcloaklog (STORAGE compact)".to_string());
+    }
+    TYPE.store(created, Relaxed);
+    // A short read while loading sets an error the loader checks, instead of
+    // aborting the server (and so allows diskless replica loads).
+    // SAFETY: as above.
+    if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
+        unsafe { set_options(ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) };
+    }
+    Ok(())
+}
+
+/// Whether the open `key` holds this module's type.
+pub fn is_ours(key: &Key) -> bool {
+    let ours = TYPE.load(Relaxed);
+    // SAFETY: the key is open.
+    !ours.is_null() && unsafe { api!(RedisModule_ModuleTypeGetType)(key.raw) } == ours
+}
+
+/// The log stored at `key`, if the key holds one.
+fn value_of(key: &Key) -> *mut RunLog {
+    if !is_ours(key) {
+        return ptr::null_mut();
+    }
+    // SAFETY: the key holds our type, whose values are `Box<RunLog>`s.
+    unsafe { api!(RedisModule_ModuleTypeGetValue)(key.raw) as *mut RunLog }
+}
+
+/// Stores `log` at the (open, writable) `key`, replacing what it held.
+fn set_value(key: &Key, log: RunLog) -> *mut RunLog {
+    let value = Box::into_raw(Box::new(log));
+    // SAFETY: the key is open for writing; the server owns `value` from now
+    // on and frees it through `free`.
+    unsafe { api!(RedisModule_ModuleTypeSetValue)(key.raw, TYPE.load(Relaxed), value as *mut c_void) };
+    value
+}
+
+/// A window held in the compact type, open for one call.
+pub struct CompactLog {
+    pub key: Key,
+    pub changes: Changes,
+    /// The stored log; null while the key is empty.
+    value: *mut RunLog,
+}
+
+impl CompactLog {
+    pub fn new(key: Key) -> CompactLog {
+        let value = value_of(&key);
+        CompactLog { key, changes: Changes::default(), value }
+    }
+
+    fn log(&self) -> Option<&RunLog> {
+        // SAFETY: a non-null `value` is the key's, valid while the key is open
+        // and nothing else replaced it (only this struct writes it).
+        unsafe { self.value.as_ref() }
+    }
+
+    /// Replicates the call's changes as one `XCLOAK.APPLY`.
+    pub fn replicate_changes(&self) {
+        let (ctx, name) = (self.key.ctx, self.key.name);
+        let replicate = api!(RedisModule_Replicate);
+        let Changes { trimmed, cutoff_ms, added, added_at_ms } = self.changes;
+        let (cutoff, at, count) = (cutoff_ms as c_longlong, added_at_ms as c_longlong, added as c_longlong);
+        // SAFETY: each format matches its arguments: "s" the key name, "c" a
+        // C string, "l" a long long.
+        unsafe {
+            match (trimmed > 0, added > 0) {
+                (true, true) => replicate(ctx, APPLY.as_ptr(), c"sclcll".as_ptr(), name, c"TRIM".as_ptr(), cutoff, c"ADD".as_ptr(), at, count),
+                (true, false) => replicate(ctx, APPLY.as_ptr(), c"scl".as_ptr(), name, c"TRIM".as_ptr(), cutoff),
+                (false, true) => replicate(ctx, APPLY.as_ptr(), c"scll".as_ptr(), name, c"ADD".as_ptr(), at, count),
+                (false, false) => 0,
+            };
+        }
+    }
+}
+
+const APPLY: &std::ffi::CStr = c"XCLOAK.APPLY";
+
+impl Log for CompactLog {
+    fn len(&self) -> u64 {
+        self.log().map_or(0, RunLog::len)
+    }
+
+    fn count_expired(&self, cutoff_ms: i64) -> u64 {
+        self.log().map_or(0, |log| log.count_expired(cutoff_ms))
+    }
+
+    fn trim(&mut self, cutoff_ms: i64) -> u64 {
+        self.changes.cutoff_ms = cutoff_ms;
+        // SAFETY: as in `log`, and this call holds the key open for writing.
+        let Some(log) = (unsafe { self.value.as_mut() }) else { return 0 };
+        let removed = log.trim(cutoff_ms);
+        self.changes.trimmed += removed;
+        if log.is_empty() {
+            self.key.delete();
+            self.value = ptr::null_mut();
+        }
+        removed
+    }
+
+    fn nth_live(&self, cutoff_ms: i64, n: u64) -> Option<i64> {
+        self.log().and_then(|log| log.nth_live(cutoff_ms, n))
+    }
+
+    fn newest(&self) -> Option<i64> {
+        self.log().and_then(RunLog::newest)
+    }
+
+    fn record(&mut self, now_ms: i64, cost: u64) {
+        if self.value.is_null() {
+            self.value = set_value(&self.key, RunLog::default());
+        }
+        // SAFETY: just set, or the key's value.
+        unsafe { &mut *self.value }.record(now_ms, cost);
+        self.changes.added += cost;
+        self.changes.added_at_ms = now_ms;
+    }
+}
+
+/// Every entry at `key` (which holds this type) as runs, oldest first.
+pub fn read_runs(key: &Key) -> Vec<(i64, u64)> {
+    // SAFETY: see `CompactLog::log`.
+    unsafe { value_of(key).as_ref() }.map_or_else(Vec::new, |log| log.runs().collect())
+}
+
+/// Stores `runs` at the empty `key` and replicates `XCLOAK.APPLY key LOAD`.
+pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
+    let mut log = RunLog::default();
+    for &(stamp_ms, count) in runs {
+        log.record(stamp_ms, count);
+    }
+    let mut bytes = Vec::new();
+    log.encode(&mut bytes);
+    set_value(key, log);
+    // SAFETY: "s" the key name, "c" a C string, "b" a buffer and its length.
+    unsafe {
+        api!(RedisModule_Replicate)(key.ctx, APPLY.as_ptr(), c"scb".as_ptr(), key.name, c"LOAD".as_ptr(), bytes.as_ptr() as *const c_char, bytes.len())
+    };
+}
+
+// ---------------------------------------------------------------------------
+// XCLOAK.APPLY: the replicated effect.
+
+/// One parsed `XCLOAK.APPLY` call.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Apply {
+    pub load: Option<Vec<u8>>,
+    pub trim_cutoff_ms: Option<i64>,
+    pub remove: Option<(i64, u64)>,
+    pub add: Option<(i64, u64)>,
+}
+
+/// Parses the words after the key. Errors name the argument and its range.
+pub fn parse_apply(words: &[&[u8]]) -> Result<Apply, String> {
+    let mut apply = Apply::default();
+    let mut rest = words.iter();
+    let integer = |word: Option<&&[u8]>, name: &str, min: i64, max: i64| -> Result<i64, String> {
+        word.and_then(|word| parse_i64(word))
+            .filter(|value| (min..=max).contains(value))
+            .ok_or_else(|| format!("XCLOAK.APPLY {name} must be an integer from {min} to {max}"))
+    };
+    while let Some(word) = rest.next() {
+        let upper = word.to_ascii_uppercase();
+        let seen = match upper.as_slice() {
+            b"LOAD" => {
+                let bytes = rest.next().ok_or("XCLOAK.APPLY LOAD needs a value")?;
+                apply.load.replace(bytes.to_vec()).is_some()
+            }
+            b"TRIM" => apply.trim_cutoff_ms.replace(integer(rest.next(), "TRIM cutoff", -MAX_EXACT_MS, MAX_EXACT_MS)?).is_some(),
+            b"REMOVE" | b"ADD" => {
+                let stamp = integer(rest.next(), "stamp", 0, MAX_EXACT_MS)?;
+                let max_count = if upper == b"ADD" { MAX_ENTRIES as i64 } else { MAX_COST };
+                let count = integer(rest.next(), "count", 1, max_count)? as u64;
+                let slot = if upper == b"ADD" { &mut apply.add } else { &mut apply.remove };
+                slot.replace((stamp, count)).is_some()
+            }
+            _ => return Err("XCLOAK.APPLY takes LOAD, TRIM, REMOVE or ADD".to_string()),
+        };
+        if seen {
+            return Err("XCLOAK.APPLY is given an operation more than once".to_string());
+        }
+    }
+    Ok(apply)
+}
+
+/// Whether the call comes from the replication link or the AOF being loaded.
+pub fn from_primary_or_aof(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: the live context of this call.
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
+    flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+}
+
+/// Applies a parsed `XCLOAK.APPLY` to `key`, in order LOAD, TRIM, REMOVE,
+/// ADD, as the primary did; the key is deleted if the log is left empty.
+pub fn apply(key: Key, apply: &Apply) -> Result<(), String> {
+    if !key.is_empty() && !is_ours(&key) {
+        return Err(super::WRONGTYPE.to_string());
+    }
+    let loaded = match &apply.load {
+        Some(bytes) => Some(RunLog::decode(bytes).map_err(|e| format!("XCLOAK.APPLY LOAD: {e}"))?),
+        None => None,
+    };
+    if let Some((_, count)) = apply.add {
+        // SAFETY: see `CompactLog::log`.
+        let held = match &loaded {
+            Some(log) => log.len(),
+            None => unsafe { value_of(&key).as_ref() }.map_or(0, RunLog::len),
+        };
+        if held + count > MAX_ENTRIES {
+            return Err(format!("XCLOAK.APPLY ADD would hold more than {MAX_ENTRIES} entries"));
+        }
+    }
+    if let Some(log) = loaded {
+        set_value(&key, log);
+    }
+    let mut window = CompactLog::new(key);
+    if let Some(cutoff_ms) = apply.trim_cutoff_ms {
+        window.trim(cutoff_ms);
+    }
+    if let Some((stamp_ms, count)) = apply.remove {
+        // SAFETY: as in `CompactLog::log`.
+        if let Some(log) = unsafe { window.value.as_mut() } {
+            log.remove_at(stamp_ms, count);
+            if log.is_empty() {
+                window.key.delete();
+                window.value = ptr::null_mut();
+            }
+        }
+    }
+    if let Some((stamp_ms, count)) = apply.add {
+        window.record(stamp_ms, count);
+    }
+    super::announce(&window.key, &window.changes);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Data type callbacks. Each runs under `catch_unwind`: no panic crosses into C.
+
+fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+/// # Safety
+/// `value` must be a value of this type (a `Box<RunLog>` the server holds).
+unsafe fn log_of<'a>(value: *const c_void) -> &'a RunLog {
+    unsafe { &*(value as *const RunLog) }
+}
+
+fn canonical(log: &RunLog) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    log.encode(&mut bytes);
+    bytes
+}
+
+extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: the server passes a value of this type and a live IO.
+        let log = unsafe { log_of(value) };
+        let bytes = canonical(log);
+        unsafe {
+            api!(RedisModule_SaveUnsigned)(rdb, log.len());
+            api!(RedisModule_SaveStringBuffer)(rdb, bytes.as_ptr() as *const c_char, bytes.len());
+        }
+    })
+}
+
+extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guarded(ptr::null_mut(), || match load(rdb, encver) {
+        Ok(log) => Box::into_raw(Box::new(log)) as *mut c_void,
+        Err(reason) => {
+            log_io_warning(rdb, &format!("xcloak: refusing a compact window (xcloaklog) in the data being loaded: {reason}"));
+            ptr::null_mut()
+        }
+    })
+}
+
+fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<RunLog, String> {
+    if encver != ENCODING_VERSION {
+        return Err(format!(
+            "its encoding version is {encver}, this module reads version {ENCODING_VERSION} (load it with the module version that wrote it, or newer)"
+        ));
+    }
+    let io_error = || unsafe { api!(RedisModule_IsIOError)(rdb) } != 0;
+    // SAFETY: a live IO of this type's value.
+    let entries = unsafe { api!(RedisModule_LoadUnsigned)(rdb) };
+    if io_error() {
+        return Err("the data ends before the entry count".to_string());
+    }
+    let mut len = 0usize;
+    let buffer = unsafe { api!(RedisModule_LoadStringBuffer)(rdb, &mut len) };
+    if io_error() || buffer.is_null() {
+        return Err("the data ends inside the runs".to_string());
+    }
+    // SAFETY: the server returned `len` bytes it allocated; freed below.
+    let decoded = RunLog::decode(unsafe { std::slice::from_raw_parts(buffer as *const u8, len) });
+    unsafe { api!(RedisModule_Free)(buffer as *mut c_void) };
+    let log = decoded.map_err(|e| e.to_string())?;
+    if log.len() != entries {
+        return Err(format!("it says {entries} entries and holds {}", log.len()));
+    }
+    Ok(log)
+}
+
+fn log_io_warning(rdb: *mut raw::RedisModuleIO, message: &str) {
+    let text = CString::new(message.replace('\0', "?")).unwrap_or_default();
+    // SAFETY: "%s" with one NUL-terminated string.
+    unsafe { api!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"%s".as_ptr(), text.as_ptr()) };
+}
+
+extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: as in rdb_save.
+        let bytes = canonical(unsafe { log_of(value) });
+        unsafe {
+            api!(RedisModule_EmitAOF)(aof, APPLY.as_ptr(), c"scb".as_ptr(), key, c"LOAD".as_ptr(), bytes.as_ptr() as *const c_char, bytes.len())
+        };
+    })
+}
+
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    guarded(0, || {
+        // SAFETY: as in rdb_save.
+        let log = unsafe { log_of(value) };
+        // SAFETY: reading the function table; the pointers are live allocations.
+        let usable = |ptr: *const c_void, fallback: usize| match unsafe { raw::RedisModule_MallocSize } {
+            Some(malloc_size) => unsafe { malloc_size(ptr as *mut c_void) },
+            None => fallback,
+        };
+        let heap = log.heap_ptr().map_or(0, |ptr| usable(ptr as *const c_void, log.heap_bytes()));
+        SERVER_WRAPPER_BYTES + usable(value, std::mem::size_of::<RunLog>()) + heap
+    })
+}
+
+extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: as in rdb_save.
+        let bytes = canonical(unsafe { log_of(value) });
+        unsafe {
+            api!(RedisModule_DigestAddStringBuffer)(md, bytes.as_ptr() as *const c_char as *mut _, bytes.len());
+            api!(RedisModule_DigestEndSequence)(md);
+        }
+    })
+}
+
+extern "C" fn free(value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: the server frees each value once; it came from Box::into_raw.
+        drop(unsafe { Box::from_raw(value as *mut RunLog) });
+    })
+}
+
+/// Freeing a window is two deallocations whatever its size: never worth a
+/// background thread.
+extern "C" fn free_effort(_key: *mut raw::RedisModuleString, _value: *const c_void) -> usize {
+    2
+}
+
+extern "C" fn copy(_from: *mut raw::RedisModuleString, _to: *mut raw::RedisModuleString, value: *const c_void) -> *mut c_void {
+    guarded(ptr::null_mut(), || {
+        // SAFETY: as in rdb_save.
+        let log = unsafe { log_of(value) };
+        let mut copied = RunLog::default();
+        for (stamp_ms, count) in log.runs() {
+            copied.record(stamp_ms, count);
+        }
+        Box::into_raw(Box::new(copied)) as *mut c_void
+    })
+}
+
+extern "C" fn defrag(ctx: *mut raw::RedisModuleDefragCtx, _key: *mut raw::RedisModuleString, value: *mut *mut c_void) -> c_int {
+    guarded(0, || {
+        let defrag_alloc = api!(RedisModule_DefragAlloc);
+        // SAFETY: `*value` is this type's Box<RunLog>; DefragAlloc returns a
+        // copy (and frees the old allocation) or null when it left it alone.
+        unsafe {
+            let moved = defrag_alloc(ctx, *value);
+            if !moved.is_null() {
+                *value = moved;
+            }
+            let log = &mut *(*value as *mut RunLog);
+            log.relocate(|bytes| defrag_alloc(ctx, bytes as *mut c_void) as *mut u8);
+        }
+        0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<Vec<u8>> {
+        line.split_whitespace().map(|w| w.as_bytes().to_vec()).collect()
+    }
+
+    fn parse(line: &str) -> Result<Apply, String> {
+        let owned = words(line);
+        let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        parse_apply(&argv)
+    }
+
+    #[test]
+    fn apply_grammar() {
+        assert_eq!(
+            parse("TRIM -5 ADD 10 3").unwrap(),
+            Apply { trim_cutoff_ms: Some(-5), add: Some((10, 3)), ..Apply::default() }
+        );
+        assert_eq!(parse("remove 7 1").unwrap().remove, Some((7, 1)));
+        assert_eq!(parse("ADD 10 0").unwrap_err(), "XCLOAK.APPLY count must be an integer from 1 to 1000000000");
+        assert_eq!(parse("ADD -1 1").unwrap_err(), "XCLOAK.APPLY stamp must be an integer from 0 to 9007199254740991");
+        assert!(parse("TRIM 1 TRIM 2").unwrap_err().contains("more than once"));
+        assert!(parse("FOO").unwrap_err().contains("LOAD, TRIM, REMOVE or ADD"));
+        assert!(parse("LOAD").unwrap_err().contains("needs a value"));
+    }
+}
