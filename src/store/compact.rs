@@ -78,10 +78,13 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
     }
     TYPE.store(created, Relaxed);
     // A short read while loading sets an error the loader checks, instead of
-    // aborting the server (and so allows diskless replica loads).
+    // aborting the server (and so allows diskless replica loads); the module
+    // keeps no state outside its keys, so an asynchronous (swapdb) load into
+    // a second keyspace is safe as well.
     // SAFETY: as above.
     if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
-        unsafe { set_options(ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int) };
+        let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
+        unsafe { set_options(ctx, options as c_int) };
     }
     Ok(())
 }
