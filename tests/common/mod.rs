@@ -373,7 +373,8 @@ pub fn stored_stamps(conn: &mut Connection, key: &str) -> Vec<i64> {
         "none" => Vec::new(),
         "zset" => scores(conn, key),
         "xcloaklog" => {
-            let copy = format!("{key}:stored-stamps-copy");
+            // In the key's slot (a cluster node refuses another one).
+            let copy = if key.contains('{') { format!("{key}:stamps") } else { format!("{{{key}}}:stamps") };
             let (copied, converted): (i64, i64) = redis::pipe()
                 .atomic()
                 .cmd("COPY").arg(key).arg(&copy).arg("REPLACE")
