@@ -74,6 +74,16 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
         if strings.len() < 2 {
             return refuse(ctx, ArgError::Arity);
         }
+        if !compact::registered() {
+            // An AOF or a primary holding compact windows, and this server
+            // loaded without STORAGE compact: say so where operators look.
+            let message = format!(
+                "XCLOAK.APPLY for key '{}' ignored: compact storage is not enabled on this server (load the module with STORAGE compact)",
+                String::from_utf8_lossy(bytes_of(strings[1]))
+            );
+            redis_module::logging::log_warning(format!("xcloak: {message}"));
+            return refuse(ctx, ArgError::Invalid(message));
+        }
         let words: Vec<&[u8]> = strings[2..].iter().map(|&s| bytes_of(s)).collect();
         let parsed = match compact::parse_apply(&words) {
             Ok(parsed) => parsed,

@@ -434,3 +434,24 @@ fn the_convert_script_moves_a_keyspace_pattern_both_ways() {
     assert_eq!(key_type(&mut conn, "rl:7"), "zset");
     assert_eq!(stored_stamps(&mut conn, "rl:7"), stamps[7]);
 }
+
+/// An AOF holding compact windows, replayed by a server loaded without
+/// `STORAGE compact`: it starts, the windows are not restored, and the log
+/// says why (an effect is never applied to a type that is not registered,
+/// which would crash the server when the key is freed).
+#[test]
+fn an_aof_of_compact_windows_on_a_server_without_the_type_says_so() {
+    let mut server = ServerConfig::compact().arg("appendonly", "yes").arg("appendfsync", "always").start();
+    let mut conn = server.client();
+    assert_eq!(allow_at(&mut conn, "k", HOUR, 5, BASE_NOW), 1);
+    assert_eq!(allow_at(&mut conn, "z", HOUR, 5, BASE_NOW), 1);
+    let _: i64 = redis::cmd("XCLOAK.CONVERT").arg("z").arg("ZSET").query(&mut conn).unwrap();
+    server.config.module_args.clear();
+    server.restart();
+    let mut conn = server.client();
+    assert_eq!(cmd_i64(&mut conn, &["EXISTS", "k"]), 0, "the compact window is not restored");
+    assert_eq!(key_type(&mut conn, "z"), "zset", "the sorted-set window is");
+    assert!(server.log().contains("XCLOAK.APPLY for key 'k' ignored: compact storage is not enabled"), "{}", server.log());
+    let pong: String = redis::cmd("PING").query(&mut conn).unwrap();
+    assert_eq!(pong, "PONG");
+}

@@ -92,7 +92,8 @@ pub fn set_creation_form(form: Form) {
 }
 
 pub fn creation_form() -> Form {
-    if CREATION_FORM.load(Relaxed) == Form::Compact as u8 {
+    // Never a compact key without its type: it could not be freed.
+    if CREATION_FORM.load(Relaxed) == Form::Compact as u8 && compact::registered() {
         Form::Compact
     } else {
         Form::Zset
