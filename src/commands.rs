@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use redis_module::raw;
 
 use crate::args::{self, ArgError, Command};
+use crate::store::effect::Effect;
 use crate::store::{self, api, bytes_of, compact, Form, Key, Opened, Refusal, TTL_MARGIN_MS, WRONGTYPE};
 use crate::window::{self, Decision};
 
@@ -62,8 +63,8 @@ pub extern "C" fn convert(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Re
     })
 }
 
-/// `XCLOAK.APPLY key [LOAD bytes] [TRIM cutoff] [REMOVE stamp count] [ADD stamp count]`:
-/// the compact form's replicated effect, refused from clients.
+/// `XCLOAK.APPLY key <effect> [<canonical bytes>]`: the compact form's
+/// replicated effect (`store/effect.rs`), refused from clients.
 pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     guarded(ctx, || {
         if !compact::from_primary_or_aof(ctx) {
@@ -84,14 +85,16 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
             redis_module::logging::log_warning(format!("xcloak: {message}"));
             return refuse(ctx, ArgError::Invalid(message));
         }
-        let words: Vec<&[u8]> = strings[2..].iter().map(|&s| bytes_of(s)).collect();
-        let parsed = match compact::parse_apply(&words) {
-            Ok(parsed) => parsed,
+        if !(3..=4).contains(&strings.len()) {
+            return refuse(ctx, ArgError::Arity);
+        }
+        let effect = match Effect::parse(bytes_of(strings[2])) {
+            Ok(effect) => effect,
             Err(message) => return refuse(ctx, ArgError::Invalid(message)),
         };
         // SAFETY: `ctx` and the key argument belong to this call.
         let key = unsafe { Key::open(ctx, strings[1], true) };
-        match compact::apply(key, &parsed) {
+        match compact::apply(key, &effect, strings.get(3).map(|&s| bytes_of(s))) {
             Ok(()) => unsafe {
                 api!(RedisModule_ReplicateVerbatim)(ctx);
                 api!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr());

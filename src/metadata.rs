@@ -158,9 +158,9 @@ compact type), keeping every entry and the TTL. Replies 1 if converted, 0 if the
 
 pub const APPLY: CommandDoc = CommandDoc {
     name: c"xcloak.apply",
-    summary: c"Internal: replays an effect of a compact window (TRIM, ADD, REMOVE, LOAD) from the \
-replication link or the AOF. Refused from clients.",
-    complexity: c"O(M + C) for a trim of M entries and an add of C; O(N) for LOAD of N entries.",
+    summary: c"Internal: replays the effect of a call on a compact window (load, trim, remove, add, \
+expiry) from the replication link or the AOF. Refused from clients.",
+    complexity: c"O(M + 1) for a trim of M entries and an add; O(N) to load N entries.",
     tips: None,
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,

@@ -9,22 +9,23 @@
 //! `MODULE UNLOAD` works and RDB/AOF hold only core types.
 //!
 //! Effects, not commands, are replicated: one internal command,
-//! `XCLOAK.APPLY key [LOAD bytes] [TRIM cutoff] [REMOVE stamp count] [ADD stamp count]`,
-//! carries exactly what a call did, with explicit values (a replica never
-//! consults its own clock), and `PEXPIREAT` the expiry. `XCLOAK.APPLY` runs
-//! only from the replication link or while loading the AOF; a client gets
-//! an error. The AOF rewrite emits `XCLOAK.APPLY key LOAD <canonical bytes>`.
+//! `XCLOAK.APPLY key <effect> [<canonical bytes>]` (`effect.rs`), carries
+//! exactly what a call did, with explicit values and the expiry (a replica
+//! never consults its own clock): one replicated command per call.
+//! `XCLOAK.APPLY` runs only from the replication link or while loading the
+//! AOF; a client gets an error. The AOF rewrite emits
+//! `XCLOAK.APPLY key L <canonical bytes>` (the server adds the expiry).
 
-use std::ffi::{c_char, c_int, c_longlong, c_void, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use redis_module::raw;
 
+use super::effect::{Effect, MAX_TEXT};
 use super::encoding::{RunLog, MAX_ENTRIES};
 use super::{api, Changes, Key};
-use crate::args::{parse_i64, MAX_COST, MAX_EXACT_MS};
 use crate::window::Log;
 
 /// `TYPE` replies this; module type names are exactly 9 characters.
@@ -134,22 +135,42 @@ impl CompactLog {
         unsafe { self.value.as_ref() }
     }
 
-    /// Replicates the call's changes as one `XCLOAK.APPLY`.
-    pub fn replicate_changes(&self) {
-        let (ctx, name) = (self.key.ctx, self.key.name);
-        let replicate = api!(RedisModule_Replicate);
+    /// Replicates the call's changes, and the expiry to set, as one
+    /// `XCLOAK.APPLY key <effect>`.
+    pub fn replicate_changes(&self, expire_at_ms: Option<i64>) {
         let Changes { trimmed, cutoff_ms, added, added_at_ms } = self.changes;
-        let (cutoff, at, count) = (cutoff_ms as c_longlong, added_at_ms as c_longlong, added as c_longlong);
-        // SAFETY: each format matches its arguments: "s" the key name, "c" a
-        // C string, "l" a long long.
-        unsafe {
-            match (trimmed > 0, added > 0) {
-                (true, true) => replicate(ctx, APPLY.as_ptr(), c"sclcll".as_ptr(), name, c"TRIM".as_ptr(), cutoff, c"ADD".as_ptr(), at, count),
-                (true, false) => replicate(ctx, APPLY.as_ptr(), c"scl".as_ptr(), name, c"TRIM".as_ptr(), cutoff),
-                (false, true) => replicate(ctx, APPLY.as_ptr(), c"scll".as_ptr(), name, c"ADD".as_ptr(), at, count),
-                (false, false) => 0,
-            };
+        let effect = Effect {
+            trim_cutoff_ms: (trimmed > 0).then_some(cutoff_ms),
+            add: (added > 0).then_some((added_at_ms, added)),
+            expire_at_ms,
+            ..Effect::default()
+        };
+        if !effect.is_empty() {
+            replicate_effect(&self.key, &effect, None);
         }
+    }
+}
+
+/// Replicates `XCLOAK.APPLY key <effect> [<bytes>]`.
+fn replicate_effect(key: &Key, effect: &Effect, bytes: Option<&[u8]>) {
+    let mut text = [0u8; MAX_TEXT];
+    let len = effect.write(&mut text);
+    let replicate = api!(RedisModule_Replicate);
+    // SAFETY: "s" the key name, "b" a buffer and its length (each "b" one).
+    unsafe {
+        match bytes {
+            None => replicate(key.ctx, APPLY.as_ptr(), c"sb".as_ptr(), key.name, text.as_ptr() as *const c_char, len),
+            Some(bytes) => replicate(
+                key.ctx,
+                APPLY.as_ptr(),
+                c"sbb".as_ptr(),
+                key.name,
+                text.as_ptr() as *const c_char,
+                len,
+                bytes.as_ptr() as *const c_char,
+                bytes.len(),
+            ),
+        };
     }
 }
 
@@ -202,7 +223,7 @@ pub fn read_runs(key: &Key) -> Vec<(i64, u64)> {
     unsafe { value_of(key).as_ref() }.map_or_else(Vec::new, |log| log.runs().collect())
 }
 
-/// Stores `runs` at the empty `key` and replicates `XCLOAK.APPLY key LOAD`.
+/// Stores `runs` at the empty `key` and replicates `XCLOAK.APPLY key L <bytes>`.
 pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
     let mut log = RunLog::default();
     for &(stamp_ms, count) in runs {
@@ -211,56 +232,11 @@ pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
     let mut bytes = Vec::new();
     log.encode(&mut bytes);
     set_value(key, log);
-    // SAFETY: "s" the key name, "c" a C string, "b" a buffer and its length.
-    unsafe {
-        api!(RedisModule_Replicate)(key.ctx, APPLY.as_ptr(), c"scb".as_ptr(), key.name, c"LOAD".as_ptr(), bytes.as_ptr() as *const c_char, bytes.len())
-    };
+    replicate_effect(key, &Effect { load: true, ..Effect::default() }, Some(&bytes));
 }
 
 // ---------------------------------------------------------------------------
 // XCLOAK.APPLY: the replicated effect.
-
-/// One parsed `XCLOAK.APPLY` call.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Apply {
-    pub load: Option<Vec<u8>>,
-    pub trim_cutoff_ms: Option<i64>,
-    pub remove: Option<(i64, u64)>,
-    pub add: Option<(i64, u64)>,
-}
-
-/// Parses the words after the key. Errors name the argument and its range.
-pub fn parse_apply(words: &[&[u8]]) -> Result<Apply, String> {
-    let mut apply = Apply::default();
-    let mut rest = words.iter();
-    let integer = |word: Option<&&[u8]>, name: &str, min: i64, max: i64| -> Result<i64, String> {
-        word.and_then(|word| parse_i64(word))
-            .filter(|value| (min..=max).contains(value))
-            .ok_or_else(|| format!("XCLOAK.APPLY {name} must be an integer from {min} to {max}"))
-    };
-    while let Some(word) = rest.next() {
-        let upper = word.to_ascii_uppercase();
-        let seen = match upper.as_slice() {
-            b"LOAD" => {
-                let bytes = rest.next().ok_or("XCLOAK.APPLY LOAD needs a value")?;
-                apply.load.replace(bytes.to_vec()).is_some()
-            }
-            b"TRIM" => apply.trim_cutoff_ms.replace(integer(rest.next(), "TRIM cutoff", -MAX_EXACT_MS, MAX_EXACT_MS)?).is_some(),
-            b"REMOVE" | b"ADD" => {
-                let stamp = integer(rest.next(), "stamp", 0, MAX_EXACT_MS)?;
-                let max_count = if upper == b"ADD" { MAX_ENTRIES as i64 } else { MAX_COST };
-                let count = integer(rest.next(), "count", 1, max_count)? as u64;
-                let slot = if upper == b"ADD" { &mut apply.add } else { &mut apply.remove };
-                slot.replace((stamp, count)).is_some()
-            }
-            _ => return Err("XCLOAK.APPLY takes LOAD, TRIM, REMOVE or ADD".to_string()),
-        };
-        if seen {
-            return Err("XCLOAK.APPLY is given an operation more than once".to_string());
-        }
-    }
-    Ok(apply)
-}
 
 /// Whether the call comes from the replication link or the AOF being loaded.
 pub fn from_primary_or_aof(ctx: *mut raw::RedisModuleCtx) -> bool {
@@ -269,34 +245,35 @@ pub fn from_primary_or_aof(ctx: *mut raw::RedisModuleCtx) -> bool {
     flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
 }
 
-/// Applies a parsed `XCLOAK.APPLY` to `key`, in order LOAD, TRIM, REMOVE,
-/// ADD, as the primary did; the key is deleted if the log is left empty.
-pub fn apply(key: Key, apply: &Apply) -> Result<(), String> {
+/// Applies `XCLOAK.APPLY key <effect> [<bytes>]` to `key`, as the primary
+/// did: load, trim, remove, add, expiry; a window left empty is deleted.
+pub fn apply(key: Key, effect: &Effect, bytes: Option<&[u8]>) -> Result<(), String> {
     if !key.is_empty() && !is_ours(&key) {
         return Err(super::WRONGTYPE.to_string());
     }
-    let loaded = match &apply.load {
-        Some(bytes) => Some(RunLog::decode(bytes).map_err(|e| format!("XCLOAK.APPLY LOAD: {e}"))?),
-        None => None,
+    let loaded = match (effect.load, bytes) {
+        (true, Some(bytes)) => Some(RunLog::decode(bytes).map_err(|e| format!("XCLOAK.APPLY L: {e}"))?),
+        (false, None) => None,
+        _ => return Err("XCLOAK.APPLY takes the canonical bytes after the effect exactly when it loads (L)".to_string()),
     };
-    if let Some((_, count)) = apply.add {
+    if let Some((_, count)) = effect.add {
         // SAFETY: see `CompactLog::log`.
         let held = match &loaded {
             Some(log) => log.len(),
             None => unsafe { value_of(&key).as_ref() }.map_or(0, RunLog::len),
         };
         if held + count > MAX_ENTRIES {
-            return Err(format!("XCLOAK.APPLY ADD would hold more than {MAX_ENTRIES} entries"));
+            return Err(format!("XCLOAK.APPLY A would hold more than {MAX_ENTRIES} entries"));
         }
     }
     if let Some(log) = loaded {
         set_value(&key, log);
     }
     let mut window = CompactLog::new(key);
-    if let Some(cutoff_ms) = apply.trim_cutoff_ms {
+    if let Some(cutoff_ms) = effect.trim_cutoff_ms {
         window.trim(cutoff_ms);
     }
-    if let Some((stamp_ms, count)) = apply.remove {
+    if let Some((stamp_ms, count)) = effect.remove {
         // SAFETY: as in `CompactLog::log`.
         if let Some(log) = unsafe { window.value.as_mut() } {
             log.remove_at(stamp_ms, count);
@@ -306,10 +283,13 @@ pub fn apply(key: Key, apply: &Apply) -> Result<(), String> {
             }
         }
     }
-    if let Some((stamp_ms, count)) = apply.add {
+    if let Some((stamp_ms, count)) = effect.add {
         window.record(stamp_ms, count);
     }
     super::announce(&window.key, &window.changes);
+    if let (Some(expire_at_ms), false) = (effect.expire_at_ms, window.key.is_empty()) {
+        window.key.set_expiry(expire_at_ms);
+    }
     Ok(())
 }
 
@@ -392,7 +372,7 @@ extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModu
         // SAFETY: as in rdb_save.
         let bytes = canonical(unsafe { log_of(value) });
         unsafe {
-            api!(RedisModule_EmitAOF)(aof, APPLY.as_ptr(), c"scb".as_ptr(), key, c"LOAD".as_ptr(), bytes.as_ptr() as *const c_char, bytes.len())
+            api!(RedisModule_EmitAOF)(aof, APPLY.as_ptr(), c"scb".as_ptr(), key, c"L".as_ptr(), bytes.as_ptr() as *const c_char, bytes.len())
         };
     })
 }
@@ -462,33 +442,4 @@ extern "C" fn defrag(ctx: *mut raw::RedisModuleDefragCtx, _key: *mut raw::RedisM
         }
         0
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn words(line: &str) -> Vec<Vec<u8>> {
-        line.split_whitespace().map(|w| w.as_bytes().to_vec()).collect()
-    }
-
-    fn parse(line: &str) -> Result<Apply, String> {
-        let owned = words(line);
-        let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-        parse_apply(&argv)
-    }
-
-    #[test]
-    fn apply_grammar() {
-        assert_eq!(
-            parse("TRIM -5 ADD 10 3").unwrap(),
-            Apply { trim_cutoff_ms: Some(-5), add: Some((10, 3)), ..Apply::default() }
-        );
-        assert_eq!(parse("remove 7 1").unwrap().remove, Some((7, 1)));
-        assert_eq!(parse("ADD 10 0").unwrap_err(), "XCLOAK.APPLY count must be an integer from 1 to 1000000000");
-        assert_eq!(parse("ADD -1 1").unwrap_err(), "XCLOAK.APPLY stamp must be an integer from 0 to 9007199254740991");
-        assert!(parse("TRIM 1 TRIM 2").unwrap_err().contains("more than once"));
-        assert!(parse("FOO").unwrap_err().contains("LOAD, TRIM, REMOVE or ADD"));
-        assert!(parse("LOAD").unwrap_err().contains("needs a value"));
-    }
 }

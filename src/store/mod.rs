@@ -15,6 +15,7 @@
 //! the expiry, replicates the effects and fires the keyspace events.
 
 pub mod compact;
+pub mod effect;
 pub mod encoding;
 pub mod zset;
 
@@ -167,8 +168,8 @@ impl Key {
         self.ttl_ms().is_none_or(|remaining_ms| remaining_ms <= ttl_ms - TTL_REFRESH_SLACK_MS)
     }
 
-    /// Sets the key to expire at `expire_at_ms` and replicates `PEXPIREAT`.
-    pub fn expire_at(&self, expire_at_ms: i64) {
+    /// Sets the key to expire at `expire_at_ms` (replication is the form's).
+    pub fn set_expiry(&self, expire_at_ms: i64) {
         // SAFETY: the key is open for writing and holds a value.
         unsafe {
             match raw::RedisModule_SetAbsExpire {
@@ -176,11 +177,15 @@ impl Key {
                 None => api!(RedisModule_SetExpire)(self.raw, (expire_at_ms - api!(RedisModule_Milliseconds)()).max(1)),
             };
         }
+        self.notify(raw::NotifyEvent::GENERIC, c"expire");
+    }
+
+    /// Replicates `PEXPIREAT key expire_at_ms`.
+    pub fn replicate_pexpireat(&self, expire_at_ms: i64) {
         // SAFETY: "s" the key name, "l" a long long.
         unsafe {
             api!(RedisModule_Replicate)(self.ctx, c"PEXPIREAT".as_ptr(), c"sl".as_ptr(), self.name, expire_at_ms as std::ffi::c_longlong)
         };
-        self.notify(raw::NotifyEvent::GENERIC, c"expire");
     }
 
     fn notify(&self, class: raw::NotifyEvent, event: &std::ffi::CStr) {
@@ -289,20 +294,21 @@ impl Window {
     /// an expiry is never shortened: a server clock that stepped back must not
     /// cut short entries stamped before the step).
     pub fn commit(&self, server_ms: i64, ttl_ms: i64) {
-        self.publish_changes();
-        if self.changes().added > 0 && self.key().needs_expiry(ttl_ms) {
-            self.key().expire_at(server_ms + ttl_ms);
+        let expire_at_ms = (self.changes().added > 0 && self.key().needs_expiry(ttl_ms)).then_some(server_ms + ttl_ms);
+        self.publish_changes(expire_at_ms);
+        if let Some(expire_at_ms) = expire_at_ms {
+            self.key().set_expiry(expire_at_ms);
         }
     }
 
-    /// Replicates the changes to the log (as this form's effects) and fires
-    /// the keyspace events, the same for both forms.
-    fn publish_changes(&self) {
+    /// Replicates the changes (as this form's effects, with the expiry to
+    /// set, if any) and fires the keyspace events, the same for both forms.
+    fn publish_changes(&self, expire_at_ms: Option<i64>) {
         let (key, changes) = (self.key(), self.changes());
         if changes.trimmed == 0 && changes.added == 0 {
             return;
         }
-        each_form!(self, log => log.replicate_changes());
+        each_form!(self, log => log.replicate_changes(expire_at_ms));
         announce(key, changes);
     }
 
@@ -315,7 +321,7 @@ impl Window {
             return;
         }
         let old = std::mem::replace(self, Window::Zset(ZsetLog::new(Key::detached())));
-        old.publish_changes();
+        old.publish_changes(None);
         let key = match old {
             Window::Zset(log) => log.key,
             Window::Compact(log) => log.key,
@@ -373,7 +379,8 @@ pub unsafe fn convert(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModule
         Form::Compact => compact::write_runs(&key, &runs),
     }
     if let Some(expire_at_ms) = expire_at_ms {
-        key.expire_at(expire_at_ms);
+        key.set_expiry(expire_at_ms);
+        key.replicate_pexpireat(expire_at_ms);
     }
     key.notify(raw::NotifyEvent::GENERIC, c"xcloak.convert");
     Ok(true)
@@ -383,6 +390,26 @@ pub unsafe fn convert(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModule
 pub enum Refusal {
     WrongType,
     Invalid(String),
+}
+
+/// Writes `value` in decimal, zero-padded to `width` (<= 20) digits; returns
+/// the length (by hand: this runs on every admission, and `core::fmt` costs
+/// more than the rest of it).
+pub fn write_decimal(out: &mut [u8], mut value: u64, width: usize) -> usize {
+    let mut digits = [b'0'; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    let start = start.min(digits.len() - width);
+    let len = digits.len() - start;
+    out[..len].copy_from_slice(&digits[start..]);
+    len
 }
 
 /// A RedisModuleString this module created or was handed, freed on drop.

@@ -24,7 +24,7 @@ use std::ptr;
 
 use redis_module::raw;
 
-use super::{api, Changes, Key, Owned};
+use super::{api, write_decimal, Changes, Key, Owned};
 use crate::window::Log;
 
 /// Largest `k` stored in the compact integer form of a member.
@@ -86,8 +86,9 @@ impl ZsetLog {
     }
 
     /// Replicates the call's changes: `ZREMRANGEBYSCORE key -inf cutoff`
-    /// after a trim, `ZADD key t m1 t m2 ...` with the exact members added.
-    pub fn replicate_changes(&self) {
+    /// after a trim, `ZADD key t m1 t m2 ...` with the exact members added,
+    /// and `PEXPIREAT key ms` when the expiry is re-armed.
+    pub fn replicate_changes(&self, expire_at_ms: Option<i64>) {
         let (ctx, name) = (self.ctx(), self.key.name);
         let replicate = api!(RedisModule_Replicate);
         // SAFETY: format strings match the arguments passed after them: "s" a
@@ -107,6 +108,9 @@ impl ZsetLog {
                     replicate_zadd(&self.key, at_ms, &members);
                 }
             }
+        }
+        if let Some(expire_at_ms) = expire_at_ms {
+            self.key.replicate_pexpireat(expire_at_ms);
         }
     }
 }
@@ -328,24 +332,6 @@ pub fn format_member(buffer: &mut [u8; 48], now_ms: i64, k: i64) -> &[u8] {
         stamp + 1 + write_decimal(&mut buffer[stamp + 1..], k as u64, 10)
     };
     &buffer[..len]
-}
-
-/// Writes `value` in decimal, zero-padded to `width` (<= 20) digits; returns the length.
-fn write_decimal(out: &mut [u8], mut value: u64, width: usize) -> usize {
-    let mut digits = [b'0'; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    let start = start.min(digits.len() - width);
-    let len = digits.len() - start;
-    out[..len].copy_from_slice(&digits[start..]);
-    len
 }
 
 /// The slot `k` of a member written at `now_ms` by this module, if it is one.
