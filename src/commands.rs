@@ -52,7 +52,7 @@ pub extern "C" fn convert(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Re
             return refuse(ctx, ArgError::Invalid(message.to_string()));
         }
         // SAFETY: `ctx` and the key argument belong to this call.
-        match unsafe { store::convert(ctx, strings[1], to) } {
+        match unsafe { store::convert(ctx, strings[1], to, MAX_LIMIT.load(Relaxed) as u64) } {
             Ok(converted) => {
                 CONVERTED.fetch_add(converted as u64, Relaxed);
                 unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, converted as i64) };

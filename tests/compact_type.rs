@@ -285,6 +285,24 @@ fn convert_both_ways_keeps_entries_members_and_ttl() {
     assert!(error_of(&mut conn, &["XCLOAK.CONVERT", "foreign", "COMPACT"]).contains("cannot convert"));
     assert_eq!(digest(&mut conn), before);
 
+    // Into a sorted set, a window of more than xcloak.max-limit entries is refused.
+    for i in 0..3i64 {
+        let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("huge").arg(HOUR).arg(1000).arg("COST").arg(400).arg("NOW").arg(BASE_NOW + i).query(&mut conn).unwrap();
+    }
+    let with_max_limit = |conn: &mut Connection, max: &str| {
+        if at_least_7_0() {
+            let _: () = redis::cmd("CONFIG").arg("SET").arg("xcloak.max-limit").arg(max).query(conn).unwrap();
+        }
+    };
+    if at_least_7_0() {
+        with_max_limit(&mut conn, "1100");
+        let err = error_of(&mut conn, &["XCLOAK.CONVERT", "huge", "ZSET"]);
+        assert!(err.contains("holds 1200 entries, more than xcloak.max-limit (1100)"), "{err}");
+        assert_eq!(key_type(&mut conn, "huge"), "xcloaklog");
+        with_max_limit(&mut conn, "1000000");
+    }
+    assert_eq!(cmd_i64(&mut conn, &["XCLOAK.CONVERT", "huge", "ZSET"]), 1);
+
     // A server without STORAGE compact refuses COMPACT and says why.
     let plain = Server::start();
     let mut pconn = plain.client();

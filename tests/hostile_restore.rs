@@ -582,11 +582,11 @@ fn apply_is_refused_to_clients() {
     let baseline = digest(&mut conn);
     let load = canonical(&[(T, 1)]);
     let calls: Vec<Vec<Vec<u8>>> = vec![
-        vec![b"rl:one".to_vec(), b"ADD".to_vec(), b"5".to_vec(), b"1".to_vec()],
-        vec![b"rl:one".to_vec(), b"TRIM".to_vec(), MAX_EXACT_MS.to_string().into_bytes()],
-        vec![b"fresh".to_vec(), b"LOAD".to_vec(), load.clone()],
-        vec![b"string".to_vec(), b"LOAD".to_vec(), load.clone()],
-        vec![b"fresh".to_vec(), b"LOAD".to_vec(), vec![0x80]],
+        vec![b"rl:one".to_vec(), b"A5*1".to_vec()],
+        vec![b"rl:one".to_vec(), format!("T{MAX_EXACT_MS}").into_bytes()],
+        vec![b"fresh".to_vec(), b"L".to_vec(), load.clone()],
+        vec![b"string".to_vec(), b"L".to_vec(), load.clone()],
+        vec![b"fresh".to_vec(), b"L".to_vec(), vec![0x80]],
     ];
     // The error, as a top-level error or inside EXEC's reply.
     let refused = |result: redis::RedisResult<Value>, how: &str| {

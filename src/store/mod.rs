@@ -355,10 +355,13 @@ impl Log for Window {
 /// `XCLOAK.CONVERT`: rewrites the window at `name` in `to`, keeping every
 /// entry and the expiry; replicated as effects (`DEL`, the new form's load,
 /// `PEXPIREAT`). `Ok(false)` when the key is missing or already in `to`.
+/// A sorted set gets one member per entry, so a window of more than
+/// `max_entries` (the configured `MAX-LIMIT`) is refused: a restored compact
+/// window can claim up to 10^9 entries in a few bytes.
 ///
 /// # Safety
 /// As for [`open`].
-pub unsafe fn convert(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, to: Form) -> Result<bool, Refusal> {
+pub unsafe fn convert(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, to: Form, max_entries: u64) -> Result<bool, Refusal> {
     let key = unsafe { Key::open(ctx, name, true) };
     let from = match key.holds() {
         Holds::Nothing => return Ok(false),
@@ -370,6 +373,12 @@ pub unsafe fn convert(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModule
         Form::Zset => zset::read_runs(&key).map_err(Refusal::Invalid)?,
         Form::Compact => compact::read_runs(&key),
     };
+    let entries: u64 = runs.iter().map(|&(_, count)| count).sum();
+    if to == Form::Zset && entries > max_entries {
+        return Err(Refusal::Invalid(format!(
+            "the window holds {entries} entries, more than xcloak.max-limit ({max_entries}); raise it to convert into a sorted set"
+        )));
+    }
     let expire_at_ms = key.ttl_ms().map(|ttl_ms| unsafe { api!(RedisModule_Milliseconds)() } + ttl_ms);
     key.delete();
     // SAFETY: "s" the key name.
