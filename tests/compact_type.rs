@@ -287,7 +287,7 @@ fn convert_both_ways_keeps_entries_members_and_ttl() {
 
     // Into a sorted set, a window of more than xcloak.max-limit entries is refused.
     for i in 0..3i64 {
-        let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("huge").arg(HOUR).arg(1000).arg("COST").arg(400).arg("NOW").arg(BASE_NOW + i).query(&mut conn).unwrap();
+        let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("huge").arg(HOUR).arg(1200).arg("COST").arg(400).arg("NOW").arg(BASE_NOW + i).query(&mut conn).unwrap();
     }
     let with_max_limit = |conn: &mut Connection, max: &str| {
         if at_least_7_0() {
