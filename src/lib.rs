@@ -21,6 +21,7 @@ mod args;
 mod commands;
 mod config;
 mod metadata;
+mod version;
 mod window;
 mod zset;
 
@@ -35,7 +36,7 @@ mod module {
 
     redis_module::redis_module! {
         name: "xcloak",
-        version: 1,
+        version: crate::version::ENCODED,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [],
         init: init,
@@ -95,6 +96,7 @@ mod module {
         }));
         // Replaces the info callback the macro registered (it runs before init).
         unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(info)) };
+        ctx.log_notice(&format!("version {} loaded", crate::version::TEXT));
         Status::Ok
     }
 
@@ -103,7 +105,7 @@ mod module {
         Status::Err
     }
 
-    /// `INFO xcloak`: counters since load, and the configured bound.
+    /// `INFO xcloak`: the version, counters since load, and the configured bound.
     extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
         use std::sync::atomic::Ordering::Relaxed;
         let fields: [(&CStr, i64); 5] = [
@@ -116,6 +118,7 @@ mod module {
         // SAFETY: `ctx` is the info context the server passed to this callback.
         unsafe {
             raw::RedisModule_InfoAddSection.expect("InfoAddSection")(ctx, c"stats".as_ptr());
+            raw::RedisModule_InfoAddFieldCString.expect("InfoAddFieldCString")(ctx, c"version".as_ptr(), crate::version::C_TEXT.as_ptr());
             for (name, value) in fields {
                 raw::RedisModule_InfoAddFieldLongLong.expect("InfoAddFieldLongLong")(ctx, name.as_ptr(), value);
             }
