@@ -6,7 +6,7 @@ PORT    ?= 6379
 CARGO   ?= cargo
 MODULE  := target/release/libxcloak.so
 
-.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix dist dist-check
+.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix dist dist-check dist-repro
 
 deps:
 	@scripts/ensure-deps.sh
@@ -72,6 +72,11 @@ dist:
 # a call and the MODULE LIST version on the four servers of the matrix.
 dist-check: dist
 	@scripts/dist-check.sh
+
+# Builds the dist here and again from a fresh clone of the commit in a temporary
+# folder, and compares the bytes (libxcloak.so and tarball). Not run by CI.
+dist-repro:
+	@scripts/dist-repro.sh
 
 # Python (redis-py) and Node (node-redis) deps of docs/examples/, into their
 # git-ignored folders; tests/examples.rs runs this itself when they are missing.

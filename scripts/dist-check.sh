@@ -54,6 +54,7 @@ for file in libxcloak.so redis.conf.example INSTALL.md README.md CHANGELOG.md LI
 done
 ls "$root"/lua/*.lua >/dev/null 2>&1 || fail "no lua/*.lua in the tarball"
 (cd "$root" && sha256sum --quiet -c SHA256SUMS) || fail "SHA256SUMS does not match"
+[ "$(head -n1 "$root/BUILD-INFO")" = "xcloak $version" ] || fail "BUILD-INFO does not start with 'xcloak $version'"
 unlisted=$(cd "$root" && comm -23 <(find . -type f ! -name SHA256SUMS | sed 's|^\./||' | LC_ALL=C sort) \
     <(awk '{print $2}' SHA256SUMS | LC_ALL=C sort))
 [ -z "$unlisted" ] || fail "files not in SHA256SUMS: $unlisted"

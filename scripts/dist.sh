@@ -118,13 +118,13 @@ crates=$(cargo tree --locked --edges normal,no-proc-macro --prefix none --target
     echo
     echo "| crate | version | license |"
     echo "|---|---|---|"
-    while read -r crate version license; do
-        echo "| $crate | ${version#v} | $license |"
+    while read -r crate crate_version license; do
+        echo "| $crate | ${crate_version#v} | $license |"
     done <<< "$crates"
-    while read -r crate version license; do
-        dir=$(ls -d "$cargo_home"/registry/src/*/"$crate-${version#v}" | head -n1)
+    while read -r crate crate_version license; do
+        dir=$(ls -d "$cargo_home"/registry/src/*/"$crate-${crate_version#v}" | head -n1)
         echo
-        echo "## $crate ${version#v} ($license)"
+        echo "## $crate ${crate_version#v} ($license)"
         echo
         text=""
         for candidate in LICENSE-MIT LICENSE-MIT.md LICENSE LICENSE.md LICENSE.txt COPYING LICENSE-APACHE; do
