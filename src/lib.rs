@@ -25,6 +25,7 @@ mod commands;
 mod config;
 mod metadata;
 mod store;
+mod version;
 mod window;
 
 #[cfg(not(test))]
@@ -39,7 +40,7 @@ mod module {
 
     redis_module::redis_module! {
         name: "xcloak",
-        version: 1,
+        version: crate::version::ENCODED,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [],
         init: init,
@@ -106,6 +107,7 @@ mod module {
         }));
         // Replaces the info callback the macro registered (it runs before init).
         unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(info)) };
+        ctx.log_notice(&format!("version {} loaded", crate::version::TEXT));
         Status::Ok
     }
 
@@ -114,7 +116,7 @@ mod module {
         Status::Err
     }
 
-    /// `INFO xcloak`: counters since load, and the configured bound.
+    /// `INFO xcloak`: the version, counters since load, and the configured bound.
     extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
         use std::sync::atomic::Ordering::Relaxed;
         let fields: [(&CStr, i64); 6] = [
@@ -131,13 +133,13 @@ mod module {
         // SAFETY: `ctx` is the info context the server passed to this callback.
         unsafe {
             raw::RedisModule_InfoAddSection.expect("InfoAddSection")(ctx, c"stats".as_ptr());
+            let add_text = raw::RedisModule_InfoAddFieldCString.expect("InfoAddFieldCString");
+            add_text(ctx, c"version".as_ptr(), crate::version::C_TEXT.as_ptr());
             for (name, value) in fields {
                 raw::RedisModule_InfoAddFieldLongLong.expect("InfoAddFieldLongLong")(ctx, name.as_ptr(), value);
             }
-            if let Some(add_text) = raw::RedisModule_InfoAddFieldCString {
-                add_text(ctx, c"storage".as_ptr(), storage.as_ptr() as *mut _);
-                add_text(ctx, c"compact_type".as_ptr(), compact_type.as_ptr() as *mut _);
-            }
+            add_text(ctx, c"storage".as_ptr(), storage.as_ptr() as *mut _);
+            add_text(ctx, c"compact_type".as_ptr(), compact_type.as_ptr() as *mut _);
         }
     }
 }
