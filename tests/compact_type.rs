@@ -138,6 +138,11 @@ fn replicas_apply_effects_and_never_run_the_commands() {
     assert_eq!(cmd_i64(&mut conn, &["XCLOAK.CONVERT", "late:1", "ZSET"]), 1);
     assert_eq!(cmd_i64(&mut conn, &["XCLOAK.CONVERT", "early:1", "ZSET"]), 1);
     assert_eq!(cmd_i64(&mut conn, &["XCLOAK.CONVERT", "early:1", "COMPACT"]), 1);
+    // A sorted-set window emptied and recreated compact in one call.
+    let _: i64 = redis::cmd("ZADD").arg("switch").arg(BASE_NOW).arg("1").query(&mut conn).unwrap();
+    assert_eq!(allow_at(&mut conn, "switch", 1000, 5, BASE_NOW + 5000), 1);
+    assert_eq!(key_type(&mut conn, "switch"), "xcloaklog");
+    keys.push("switch".to_string());
     wait_replicated(&primary, &replica);
 
     for key in &keys {
@@ -146,6 +151,7 @@ fn replicas_apply_effects_and_never_run_the_commands() {
         assert!((ttl - rttl).abs() < 5_000, "{key}: PTTL {ttl} on the primary, {rttl} on the replica");
     }
     assert_eq!(key_type(&mut rconn, "late:1"), "zset");
+    assert_eq!(key_type(&mut rconn, "switch"), "xcloaklog");
     assert_eq!(key_type(&mut rconn, "early:1"), "xcloaklog");
     let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut rconn).unwrap();
     for never in ["cmdstat_xcloak.allow:", "cmdstat_xcloak.peek:", "cmdstat_xcloak.convert:"] {
