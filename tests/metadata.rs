@@ -125,6 +125,7 @@ fn command_docs_on_7_0_and_their_absence_on_6_2() {
         arg("key", "key", None, false),
         arg("window", "integer", None, false),
         arg("limit", "integer", None, false),
+        arg("tier", "block", Some("TIER"), true),
         arg("cost", "integer", Some("COST"), true),
         arg("unix-time-milliseconds", "unix-time", Some("NOW"), true),
     ];
@@ -146,6 +147,15 @@ fn command_docs_on_7_0_and_their_absence_on_6_2() {
         assert_eq!(documented_arguments(docs), expected, "{name}");
         let key = &items(field(docs, "arguments").unwrap())[0];
         assert_eq!(int(field(key, "key_spec_index").unwrap()), 0);
+        // TIER is a repeatable block, its token repeated each time
+        // (`[TIER window limit [TIER window limit ...]]` in redis-cli hints).
+        let tier = &items(field(docs, "arguments").unwrap())[3];
+        assert_eq!(texts(field(tier, "flags").unwrap()), ["optional", "multiple", "multiple_token"], "{name}");
+        let inside: Vec<(String, String)> = items(field(tier, "arguments").expect("TIER's arguments"))
+            .iter()
+            .map(|arg| (text(field(arg, "name").unwrap()), text(field(arg, "type").unwrap())))
+            .collect();
+        assert_eq!(inside, [("window".to_string(), "integer".to_string()), ("limit".to_string(), "integer".to_string())]);
     }
 }
 
@@ -158,6 +168,8 @@ fn command_getkeys_finds_the_key_whatever_the_options() {
         "XCLOAK.ALLOW user:1 1000 5 COST 2 NOW 7 DETAILS",
         "XCLOAK.PEEK user:1 1000 5",
         "XCLOAK.PEEK user:1 1000 5 NOW 7 COST 2",
+        "XCLOAK.ALLOW user:1 1000 5 TIER 60000 50 TIER 10 1 DETAILS",
+        "XCLOAK.PEEK user:1 1000 5 TIER 60000 50",
     ] {
         let keys: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg(line.split(' ').collect::<Vec<_>>()).query(&mut conn).unwrap();
         assert_eq!(keys, ["user:1"], "{line}");
