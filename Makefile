@@ -6,7 +6,7 @@ PORT    ?= 6379
 CARGO   ?= cargo
 MODULE  := target/release/libxcloak.so
 
-.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix
+.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix dist dist-check dist-repro
 
 deps:
 	@scripts/ensure-deps.sh
@@ -61,6 +61,22 @@ test-matrix: build fault-module
 	    summary="$$summary$$(printf '%-14s %-7s %4ss' $$name $$status $$(( $$(date +%s) - start )))\n"; \
 	done <<< "$$servers"; \
 	echo "== test-matrix summary"; printf "$$summary"; exit $$failed
+
+# The release: target/dist/xcloak-<version>-linux-x86_64.tar.gz (+ .sha256), its
+# libxcloak.so built for glibc 2.17 with cargo-zigbuild and zig, which
+# scripts/dist.sh installs (pinned) when missing. Reproducible from the commit.
+dist:
+	@scripts/dist.sh
+
+# Checks that tarball: SHA256SUMS, no symbol newer than GLIBC_2.17, and a load,
+# a call and the MODULE LIST version on the four servers of the matrix.
+dist-check: dist
+	@scripts/dist-check.sh
+
+# Builds the dist here and again from a fresh clone of the commit in a temporary
+# folder, and compares the bytes (libxcloak.so and tarball). Not run by CI.
+dist-repro:
+	@scripts/dist-repro.sh
 
 # Python (redis-py) and Node (node-redis) deps of docs/examples/, into their
 # git-ignored folders; tests/examples.rs runs this itself when they are missing.

@@ -9,7 +9,8 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (0 seconds: replay the corpus only)
 #   FUZZ_SECONDS=60 make fuzz
-# Targets: parse_args (src/args.rs), window (src/window.rs over an in-memory log).
+# Targets: parse_args (src/args.rs), window (src/window.rs over an in-memory log),
+# decode (src/store/encoding.rs: RunLog::decode and the log it returns).
 # The committed corpus fuzz/corpus/<target>/ seeds each run; new inputs land in
 # fuzz/corpus-work/<target>/ (ignored by git; fold them in with
 # `release/<target> -merge=1 corpus/<target> corpus-work/<target>`); crashes in
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/../fuzz"
 seconds="${1:-${FUZZ_SECONDS:-60}}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(parse_args window)
+[ ${#targets[@]} -gt 0 ] || targets=(parse_args window decode)
 
 command -v c++ >/dev/null 2>&1 || { echo "fuzz: a C++ compiler is needed (apt-get install g++)" >&2; exit 1; }
 host="$(rustc -vV | sed -n 's/^host: //p')"

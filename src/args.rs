@@ -23,6 +23,43 @@ pub const MAX_LIMIT_CEILING: i64 = 1_000_000_000;
 /// Most tiers in one call: the positional pair and up to 15 `TIER`s.
 pub const MAX_TIERS: usize = 16;
 
+/// A storage form of a window, by name: `STORAGE zset|compact` at load,
+/// `xcloak.storage`, and `XCLOAK.CONVERT key ZSET|COMPACT` (any case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storage {
+    Zset,
+    Compact,
+}
+
+impl Storage {
+    pub fn parse(bytes: &[u8]) -> Option<Storage> {
+        if bytes.eq_ignore_ascii_case(b"zset") {
+            Some(Storage::Zset)
+        } else if bytes.eq_ignore_ascii_case(b"compact") {
+            Some(Storage::Compact)
+        } else {
+            None
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Storage::Zset => "zset",
+            Storage::Compact => "compact",
+        }
+    }
+}
+
+/// Parses `XCLOAK.CONVERT key ZSET|COMPACT` (the command name first).
+pub fn parse_convert(argv: &[&[u8]]) -> Result<Storage, ArgError> {
+    if argv.len() != 3 {
+        return Err(ArgError::Arity);
+    }
+    Storage::parse(argv[2]).ok_or_else(|| {
+        invalid(format!("target must be ZSET or COMPACT (got '{}')", printable(argv[2])))
+    })
+}
+
 /// Which command is being parsed: they share a grammar but not every option.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -417,6 +454,23 @@ mod tests {
         let owned = args("X k 10 5 TIER 20 51");
         let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         assert_eq!(parse(Command::Allow, &argv, 50), Err(ArgError::Invalid("limit of TIER 1 must be an integer from 0 to 50".into())));
+    }
+
+    #[test]
+    fn convert_grammar() {
+        let parse = |line: &str| {
+            let owned = args(line);
+            let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+            parse_convert(&argv)
+        };
+        assert_eq!(parse("XCLOAK.CONVERT k compact"), Ok(Storage::Compact));
+        assert_eq!(parse("XCLOAK.CONVERT k ZSET"), Ok(Storage::Zset));
+        assert_eq!(parse("XCLOAK.CONVERT k"), Err(ArgError::Arity));
+        assert_eq!(parse("XCLOAK.CONVERT k zset x"), Err(ArgError::Arity));
+        assert_eq!(
+            parse("XCLOAK.CONVERT k list"),
+            Err(ArgError::Invalid("target must be ZSET or COMPACT (got 'list')".into()))
+        );
     }
 
     #[test]

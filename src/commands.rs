@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use redis_module::raw;
 
 use crate::args::{self, ArgError, Command};
+use crate::store::effect::Effect;
+use crate::store::{self, api, bytes_of, compact, Form, Key, Opened, Refusal, TTL_MARGIN_MS, WRONGTYPE};
 use crate::window::{self, Decision};
-use crate::zset::{api, bytes_of, Opened, ZsetKey, TTL_MARGIN_MS};
 
 /// Upper bound of `limit`, set at load time (`MAX-LIMIT`) or by CONFIG SET.
 pub static MAX_LIMIT: AtomicI64 = AtomicI64::new(args::DEFAULT_MAX_LIMIT);
@@ -23,8 +24,7 @@ pub static ADMITTED: AtomicU64 = AtomicU64::new(0);
 pub static REJECTED: AtomicU64 = AtomicU64::new(0);
 pub static PEEKS: AtomicU64 = AtomicU64::new(0);
 pub static ERRORS: AtomicU64 = AtomicU64::new(0);
-
-const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub static CONVERTED: AtomicU64 = AtomicU64::new(0);
 /// The most arguments a valid call has: name key window limit, 15 times
 /// TIER window limit, COST c NOW t DETAILS.
 const MAX_VALID_ARGC: usize = 4 + (args::MAX_TIERS - 1) * 3 + 5;
@@ -39,6 +39,90 @@ pub extern "C" fn peek(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redis
     guarded(ctx, || execute(ctx, argv, argc, Command::Peek))
 }
 
+/// `XCLOAK.CONVERT key ZSET|COMPACT`
+pub extern "C" fn convert(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
+    guarded(ctx, || {
+        let strings = arguments(argv, argc);
+        let words: Vec<&[u8]> = strings.iter().map(|&s| bytes_of(s)).collect();
+        let to = match args::parse_convert(&words) {
+            Ok(to) => to,
+            Err(error) => return refuse(ctx, error),
+        };
+        if to == Form::Compact && !compact::registered() {
+            let message = "compact storage is not enabled: load the module with STORAGE compact";
+            return refuse(ctx, ArgError::Invalid(message.to_string()));
+        }
+        // SAFETY: `ctx` and the key argument belong to this call.
+        match unsafe { store::convert(ctx, strings[1], to, MAX_LIMIT.load(Relaxed) as u64) } {
+            Ok(converted) => {
+                CONVERTED.fetch_add(converted as u64, Relaxed);
+                unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, converted as i64) };
+            }
+            Err(Refusal::WrongType) => reply_error(ctx, WRONGTYPE),
+            Err(Refusal::Invalid(message)) => refuse(ctx, ArgError::Invalid(format!("cannot convert: {message}"))),
+        }
+    })
+}
+
+/// `XCLOAK.APPLY key <effect> [<canonical bytes>]`: the compact form's
+/// replicated effect (`store/effect.rs`), refused from clients.
+pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
+    guarded(ctx, || {
+        if !compact::from_primary_or_aof(ctx) {
+            let message = "XCLOAK.APPLY is internal: it replays the compact form's effects from a primary or the AOF";
+            return refuse(ctx, ArgError::Invalid(message.to_string()));
+        }
+        let strings = arguments(argv, argc);
+        if strings.len() < 2 {
+            return refuse(ctx, ArgError::Arity);
+        }
+        if !compact::registered() {
+            // An AOF or a primary holding compact windows, and this server
+            // loaded without STORAGE compact: say so where operators look.
+            let message = format!(
+                "XCLOAK.APPLY for key '{}' ignored: compact storage is not enabled on this server (load the module with STORAGE compact)",
+                String::from_utf8_lossy(bytes_of(strings[1]))
+            );
+            redis_module::logging::log_warning(format!("xcloak: {message}"));
+            return refuse(ctx, ArgError::Invalid(message));
+        }
+        if !(3..=4).contains(&strings.len()) {
+            return refuse(ctx, ArgError::Arity);
+        }
+        let effect = match Effect::parse(bytes_of(strings[2])) {
+            Ok(effect) => effect,
+            Err(message) => return refuse(ctx, ArgError::Invalid(message)),
+        };
+        // SAFETY: `ctx` and the key argument belong to this call.
+        let key = unsafe { Key::open(ctx, strings[1], true) };
+        match compact::apply(key, &effect, strings.get(3).map(|&s| bytes_of(s))) {
+            Ok(()) => unsafe {
+                api!(RedisModule_ReplicateVerbatim)(ctx);
+                api!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr());
+            },
+            Err(message) if message.starts_with("WRONGTYPE") => reply_error(ctx, &message),
+            Err(message) => refuse(ctx, ArgError::Invalid(message)),
+        }
+    })
+}
+
+/// The call's arguments.
+fn arguments<'a>(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> &'a [*mut raw::RedisModuleString] {
+    // SAFETY: the server hands `argc` valid strings in `argv` for this call.
+    unsafe { std::slice::from_raw_parts(argv, argc.max(0) as usize) }
+}
+
+/// Answers a bad call with its error, counting it.
+fn refuse(ctx: *mut raw::RedisModuleCtx, error: ArgError) {
+    ERRORS.fetch_add(1, Relaxed);
+    match error {
+        ArgError::Arity => unsafe {
+            api!(RedisModule_WrongArity)(ctx);
+        },
+        ArgError::Invalid(message) => reply_error(ctx, &format!("ERR {message}")),
+    }
+}
+
 fn guarded(ctx: *mut raw::RedisModuleCtx, body: impl FnOnce()) -> c_int {
     if catch_unwind(AssertUnwindSafe(body)).is_err() {
         ERRORS.fetch_add(1, Relaxed);
@@ -48,8 +132,7 @@ fn guarded(ctx: *mut raw::RedisModuleCtx, body: impl FnOnce()) -> c_int {
 }
 
 fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int, command: Command) {
-    // SAFETY: the server hands `argc` valid strings in `argv` for this call.
-    let strings = unsafe { std::slice::from_raw_parts(argv, argc.max(0) as usize) };
+    let strings = arguments(argv, argc);
     let mut words: [&[u8]; MAX_VALID_ARGC + 1] = [&[]; MAX_VALID_ARGC + 1];
     let heap: Vec<&[u8]>;
     let words: &[&[u8]] = if strings.len() <= words.len() {
@@ -64,16 +147,7 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 
     let request = match args::parse(command, words, MAX_LIMIT.load(Relaxed)) {
         Ok(request) => request,
-        Err(ArgError::Arity) => {
-            ERRORS.fetch_add(1, Relaxed);
-            unsafe { api!(RedisModule_WrongArity)(ctx) };
-            return;
-        }
-        Err(ArgError::Invalid(message)) => {
-            ERRORS.fetch_add(1, Relaxed);
-            reply_error(ctx, &format!("ERR {message}"));
-            return;
-        }
+        Err(error) => return refuse(ctx, error),
     };
 
     // Test-only trigger (never in a default build): proves a panic becomes an error reply.
@@ -85,8 +159,8 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
     let server_ms = unsafe { api!(RedisModule_Milliseconds)() };
     let now_ms = request.now_ms.unwrap_or(server_ms);
     // SAFETY: `ctx` and the key argument belong to this call.
-    let mut key = match unsafe { ZsetKey::open(ctx, strings[1], command == Command::Allow) } {
-        Opened::Ready(key) => key,
+    let mut key = match unsafe { store::open(ctx, strings[1], command == Command::Allow) } {
+        Opened::Ready(window) => window,
         Opened::WrongType => {
             ERRORS.fetch_add(1, Relaxed);
             reply_error(ctx, WRONGTYPE);

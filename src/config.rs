@@ -1,52 +1,74 @@
-//! The module's one setting, the upper bound of `limit`.
+//! The module's two settings: the upper bound of `limit`, and the storage
+//! form of the windows calls create.
 //!
-//! Two ways to set it, one value:
-//! - the load argument `loadmodule xcloak.so MAX-LIMIT n` (every server);
-//! - the module config `xcloak.max-limit` (Redis 7.0+, Valkey): `CONFIG GET`,
-//!   `CONFIG SET`, a line `xcloak.max-limit n` in the config file, and
-//!   `MODULE LOADEX ... CONFIG xcloak.max-limit n`.
+//! Two ways to set each, one value:
+//! - the load arguments `loadmodule xcloak.so [MAX-LIMIT n] [STORAGE zset|compact]`
+//!   (every server);
+//! - the module configs `xcloak.max-limit` and `xcloak.storage` (Redis 7.0+,
+//!   Valkey): `CONFIG GET`, `CONFIG SET`, a line in the config file, and
+//!   `MODULE LOADEX ... CONFIG name value`.
 //!
-//! `MAX-LIMIT` sets the config's *default*; a value from the config file or
-//! `MODULE LOADEX ... CONFIG` is applied after it and wins. That is the order
-//! `CONFIG REWRITE` needs: it persists a `CONFIG SET` as a config-file line,
-//! which must still hold after a restart with the same `loadmodule` line.
-//! Both refuse the load when out of range, with a log line.
+//! A load argument sets the config's *default*; a value from the config file
+//! or `MODULE LOADEX ... CONFIG` is applied after it and wins. That is the
+//! order `CONFIG REWRITE` needs: it persists a `CONFIG SET` as a config-file
+//! line, which must still hold after a restart with the same `loadmodule`
+//! line. Both refuse the load when out of range, with a log line.
+//!
+//! `STORAGE compact` is what registers the compact form's data type, so
+//! `xcloak.storage compact` is refused on a server loaded without it (the
+//! type can't be registered after load).
 
 use std::ffi::{c_char, c_int, c_longlong, c_void};
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
-use crate::args::{parse_i64, DEFAULT_MAX_LIMIT, MAX_LIMIT_CEILING};
+use crate::args::{parse_i64, Storage, DEFAULT_MAX_LIMIT, MAX_LIMIT_CEILING};
 use crate::commands::MAX_LIMIT;
+use crate::store::{self, compact};
 
 /// Smallest value `MAX-LIMIT` / `xcloak.max-limit` may take.
 pub const MAX_LIMIT_FLOOR: i64 = 1;
 
-/// Parses the load arguments: `[MAX-LIMIT n]`. Returns the bound to start
-/// from (the default when absent).
-pub fn parse_load_arguments(args: &[&[u8]]) -> Result<i64, String> {
-    let mut max_limit = DEFAULT_MAX_LIMIT;
-    let mut seen = false;
+/// The load arguments, with their defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadArguments {
+    pub max_limit: i64,
+    pub storage: Storage,
+}
+
+/// Parses the load arguments: `[MAX-LIMIT n] [STORAGE zset|compact]`, in any order.
+pub fn parse_load_arguments(args: &[&[u8]]) -> Result<LoadArguments, String> {
+    let mut parsed = LoadArguments { max_limit: DEFAULT_MAX_LIMIT, storage: Storage::Zset };
+    let (mut seen_max_limit, mut seen_storage) = (false, false);
     let mut rest = args.iter();
     while let Some(name) = rest.next() {
-        if !name.eq_ignore_ascii_case(b"MAX-LIMIT") {
+        let (seen, label) = if name.eq_ignore_ascii_case(b"MAX-LIMIT") {
+            (&mut seen_max_limit, "MAX-LIMIT")
+        } else if name.eq_ignore_ascii_case(b"STORAGE") {
+            (&mut seen_storage, "STORAGE")
+        } else {
             return Err(format!(
-                "unknown load argument '{}' (expected MAX-LIMIT n)",
+                "unknown load argument '{}' (expected MAX-LIMIT n or STORAGE zset|compact)",
                 String::from_utf8_lossy(name)
             ));
+        };
+        if std::mem::replace(seen, true) {
+            return Err(format!("{label} is given more than once"));
         }
-        if seen {
-            return Err("MAX-LIMIT is given more than once".to_string());
+        let value = rest.next();
+        if label == "STORAGE" {
+            parsed.storage = value
+                .and_then(|value| Storage::parse(value))
+                .ok_or_else(|| "STORAGE must be zset or compact".to_string())?;
+        } else {
+            parsed.max_limit = value
+                .and_then(|value| parse_i64(value))
+                .filter(|value| (MAX_LIMIT_FLOOR..=MAX_LIMIT_CEILING).contains(value))
+                .ok_or_else(|| format!("MAX-LIMIT must be an integer from {MAX_LIMIT_FLOOR} to {MAX_LIMIT_CEILING}"))?;
         }
-        seen = true;
-        max_limit = rest
-            .next()
-            .and_then(|value| parse_i64(value))
-            .filter(|value| (MAX_LIMIT_FLOOR..=MAX_LIMIT_CEILING).contains(value))
-            .ok_or_else(|| format!("MAX-LIMIT must be an integer from {MAX_LIMIT_FLOOR} to {MAX_LIMIT_CEILING}"))?;
     }
-    Ok(max_limit)
+    Ok(parsed)
 }
 
 /// What [`register`] did on this server.
@@ -58,15 +80,19 @@ pub enum Registered {
     LoadArgumentOnly,
 }
 
-/// Sets the bound from the load argument, then registers `xcloak.max-limit`
-/// with that as its default and applies config-file values. Call from
-/// `OnLoad`, after the commands are created.
-pub fn register(ctx: *mut raw::RedisModuleCtx, max_limit_from_args: i64) -> Result<Registered, String> {
+/// Applies the load arguments, then registers `xcloak.max-limit` and
+/// `xcloak.storage` with them as defaults and applies config-file values.
+/// Call from `OnLoad`, after the commands are created (and the compact type,
+/// if `STORAGE compact`).
+pub fn register(ctx: *mut raw::RedisModuleCtx, from_args: LoadArguments) -> Result<Registered, String> {
+    let max_limit_from_args = from_args.max_limit;
     MAX_LIMIT.store(max_limit_from_args, Relaxed);
+    store::set_creation_form(from_args.storage);
     // SAFETY: reading the function pointers the server filled in at load.
-    let (register_numeric, load_configs) =
-        unsafe { (raw::RedisModule_RegisterNumericConfig, raw::RedisModule_LoadConfigs) };
-    let (Some(register_numeric), Some(load_configs)) = (register_numeric, load_configs) else {
+    let (register_numeric, register_enum, load_configs) = unsafe {
+        (raw::RedisModule_RegisterNumericConfig, raw::RedisModule_RegisterEnumConfig, raw::RedisModule_LoadConfigs)
+    };
+    let (Some(register_numeric), Some(register_enum), Some(load_configs)) = (register_numeric, register_enum, load_configs) else {
         return Ok(Registered::LoadArgumentOnly);
     };
     // SAFETY: `ctx` is the load context; the name is a NUL-terminated static;
@@ -88,12 +114,34 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, max_limit_from_args: i64) -> Resu
     if status != raw::REDISMODULE_OK as c_int {
         return Err("could not register the config xcloak.max-limit".to_string());
     }
-    // SAFETY: as above. Applies `xcloak.max-limit` from the config file or
-    // MODULE LOADEX; the server has checked it against FLOOR..=CEILING.
+    let mut names = [c"zset".as_ptr(), c"compact".as_ptr()];
+    let values = [Storage::Zset as c_int, Storage::Compact as c_int];
+    // SAFETY: as above; the server copies the names and values.
+    let status = unsafe {
+        register_enum(
+            ctx,
+            c"storage".as_ptr(),
+            from_args.storage as c_int,
+            raw::REDISMODULE_CONFIG_DEFAULT,
+            names.as_mut_ptr(),
+            values.as_ptr(),
+            names.len() as c_int,
+            Some(get_storage),
+            Some(set_storage),
+            None,
+            std::ptr::null_mut(),
+        )
+    };
+    if status != raw::REDISMODULE_OK as c_int {
+        return Err("could not register the config xcloak.storage".to_string());
+    }
+    // SAFETY: as above. Applies `xcloak.*` from the config file or MODULE
+    // LOADEX; the server has checked them against their ranges, and
+    // `set_storage` refuses `compact` without the type (its message is logged).
     if unsafe { load_configs(ctx) } != raw::REDISMODULE_OK as c_int {
         return Err(format!(
-            "xcloak.max-limit from the configuration is invalid (must be an integer from \
-             {MAX_LIMIT_FLOOR} to {MAX_LIMIT_CEILING})"
+            "xcloak.max-limit or xcloak.storage from the configuration is invalid (max-limit: an integer \
+             from {MAX_LIMIT_FLOOR} to {MAX_LIMIT_CEILING}; storage: zset, or compact with the load argument STORAGE compact)"
         ));
     }
     Ok(Registered::ModuleConfig)
@@ -118,13 +166,60 @@ extern "C" fn set_max_limit(
     raw::REDISMODULE_OK as c_int
 }
 
+extern "C" fn get_storage(_name: *const c_char, _privdata: *mut c_void) -> c_int {
+    store::creation_form() as c_int
+}
+
+/// The error `CONFIG SET xcloak.storage compact` gets without `STORAGE compact`.
+pub const STORAGE_NEEDS_LOAD_ARGUMENT: &std::ffi::CStr =
+    c"compact storage needs the module loaded with STORAGE compact (loadmodule ... STORAGE compact): the data type is registered only at load";
+
+extern "C" fn set_storage(
+    _name: *const c_char,
+    value: c_int,
+    _privdata: *mut c_void,
+    err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    let storage = if value == Storage::Compact as c_int { Storage::Compact } else { Storage::Zset };
+    if storage == Storage::Compact && !compact::registered() {
+        if !err.is_null() {
+            // SAFETY: the server frees the error string it is handed.
+            unsafe {
+                if let Some(create) = raw::RedisModule_CreateString {
+                    let text = STORAGE_NEEDS_LOAD_ARGUMENT.to_bytes();
+                    *err = create(std::ptr::null_mut(), text.as_ptr() as *const c_char, text.len());
+                }
+            }
+        }
+        return raw::REDISMODULE_ERR as c_int;
+    }
+    store::set_creation_form(storage);
+    raw::REDISMODULE_OK as c_int
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(line: &str) -> Result<i64, String> {
+        parse_all(line).map(|parsed| parsed.max_limit)
+    }
+
+    fn parse_all(line: &str) -> Result<LoadArguments, String> {
         let words: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
         parse_load_arguments(&words)
+    }
+
+    #[test]
+    fn storage_load_argument() {
+        assert_eq!(parse_all("").unwrap().storage, Storage::Zset);
+        assert_eq!(parse_all("STORAGE compact").unwrap().storage, Storage::Compact);
+        let both = parse_all("storage ZSET MAX-LIMIT 7").unwrap();
+        assert_eq!(both, LoadArguments { max_limit: 7, storage: Storage::Zset });
+        for bad in ["STORAGE", "STORAGE list", "STORAGE 1"] {
+            assert_eq!(parse_all(bad), Err("STORAGE must be zset or compact".into()), "{bad}");
+        }
+        assert_eq!(parse_all("STORAGE zset STORAGE compact"), Err("STORAGE is given more than once".into()));
     }
 
     #[test]
@@ -138,6 +233,6 @@ mod tests {
             assert_eq!(parse(bad), Err(range.to_string()), "{bad}");
         }
         assert_eq!(parse("MAX-LIMIT 5 MAX-LIMIT 6"), Err("MAX-LIMIT is given more than once".into()));
-        assert_eq!(parse("LIMIT 5"), Err("unknown load argument 'LIMIT' (expected MAX-LIMIT n)".into()));
+        assert_eq!(parse("LIMIT 5"), Err("unknown load argument 'LIMIT' (expected MAX-LIMIT n or STORAGE zset|compact)".into()));
     }
 }

@@ -3,15 +3,18 @@
 //! `XCLOAK.ALLOW key window limit` trims a sliding-window log, counts it, and
 //! admits-and-records in one command execution, so concurrent callers cannot
 //! interleave between the count and the add (the race of a naive pipeline).
-//! The log is an ordinary sorted set, the layout of the well-known Lua script,
-//! so deployments move between the two freely.
+//! The log is either an ordinary sorted set, the layout of the well-known Lua
+//! script (so deployments move between the two freely), or the module's own
+//! compact type, a few bytes per request (`STORAGE compact`).
 //!
 //! Architecture: [`args`] parses a command line into a typed request, strictly;
 //! [`window`] takes the decision in plain Rust over a small `Log` trait;
-//! [`zset`] is the one file that touches keys (the `Log` over a sorted set and
-//! the replication of effects); [`commands`] wires them into handlers; this
-//! file registers everything with the server, with [`metadata`] (COMMAND DOCS,
-//! ACL categories) and [`config`] (`MAX-LIMIT`, `xcloak.max-limit`).
+//! [`store`] is the one folder that touches keys: the `Log` over a sorted set
+//! (`store/zset.rs`) and over the compact type (`store/compact.rs`, its pure
+//! encoding in `store/encoding.rs`), side by side, and the replication of
+//! effects; [`commands`] wires them into handlers; this file registers
+//! everything with the server, with [`metadata`] (COMMAND DOCS, ACL
+//! categories) and [`config`] (`MAX-LIMIT`, `STORAGE`, `xcloak.*`).
 
 // Unit tests build without the registration (`module`), which is what uses
 // the handlers, metadata and config.
@@ -21,8 +24,9 @@ mod args;
 mod commands;
 mod config;
 mod metadata;
+mod store;
+mod version;
 mod window;
-mod zset;
 
 #[cfg(not(test))]
 mod module {
@@ -31,11 +35,12 @@ mod module {
     use redis_module::{raw, Context, RedisString, Status};
 
     use crate::metadata::{self, CommandDoc};
+    use crate::store::{self, compact};
     use crate::{commands, config};
 
     redis_module::redis_module! {
         name: "xcloak",
-        version: 1,
+        version: crate::version::ENCODED,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [],
         init: init,
@@ -43,20 +48,27 @@ mod module {
 
     type Handler = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
-    /// Handler, flags, documentation. Key positions are 1,1,1 for both.
-    const COMMANDS: [(Handler, &CStr, &CommandDoc); 2] = [
+    /// Handler, flags, documentation. Key positions are 1,1,1 for all.
+    const COMMANDS: [(Handler, &CStr, &CommandDoc); 4] = [
         (commands::allow, c"write deny-oom fast", &metadata::ALLOW),
         (commands::peek, c"readonly fast", &metadata::PEEK),
+        (commands::convert, c"write deny-oom", &metadata::CONVERT),
+        (commands::apply, c"write", &metadata::APPLY),
     ];
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         let words: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
-        let max_limit = match config::parse_load_arguments(&words) {
-            Ok(max_limit) => max_limit,
+        let load_arguments = match config::parse_load_arguments(&words) {
+            Ok(parsed) => parsed,
             Err(message) => return refuse(ctx, &message),
         };
-        if let Some(name) = crate::zset::missing_api() {
+        if let Some(name) = store::missing_api() {
             return refuse(ctx, &format!("the server does not provide {name}"));
+        }
+        if load_arguments.storage == store::Form::Compact {
+            if let Err(message) = compact::register(ctx.ctx) {
+                return refuse(ctx, &message);
+            }
         }
         for (handler, flags, doc) in COMMANDS {
             // SAFETY: called from OnLoad with the server's context; the names
@@ -81,7 +93,7 @@ mod module {
                 ctx.log_warning(&format!("xcloak: {message}; continuing without it"));
             }
         }
-        if let Err(message) = config::register(ctx.ctx, max_limit) {
+        if let Err(message) = config::register(ctx.ctx, load_arguments) {
             return refuse(ctx, &message);
         }
         // A panic is caught at the command boundary (commands.rs) and answered
@@ -95,6 +107,7 @@ mod module {
         }));
         // Replaces the info callback the macro registered (it runs before init).
         unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(info)) };
+        ctx.log_notice(&format!("version {} loaded", crate::version::TEXT));
         Status::Ok
     }
 
@@ -103,22 +116,30 @@ mod module {
         Status::Err
     }
 
-    /// `INFO xcloak`: counters since load, and the configured bound.
+    /// `INFO xcloak`: the version, counters since load, and the configured bound.
     extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
         use std::sync::atomic::Ordering::Relaxed;
-        let fields: [(&CStr, i64); 5] = [
+        let fields: [(&CStr, i64); 6] = [
             (c"admitted", commands::ADMITTED.load(Relaxed) as i64),
             (c"rejected", commands::REJECTED.load(Relaxed) as i64),
             (c"peeks", commands::PEEKS.load(Relaxed) as i64),
+            (c"converted", commands::CONVERTED.load(Relaxed) as i64),
             (c"errors", commands::ERRORS.load(Relaxed) as i64),
             (c"max_limit", commands::MAX_LIMIT.load(Relaxed)),
         ];
+        // The form new keys take, and whether the compact type is registered.
+        let storage = std::ffi::CString::new(store::creation_form().name()).unwrap_or_default();
+        let compact_type = if compact::registered() { c"registered" } else { c"not-registered" };
         // SAFETY: `ctx` is the info context the server passed to this callback.
         unsafe {
             raw::RedisModule_InfoAddSection.expect("InfoAddSection")(ctx, c"stats".as_ptr());
+            let add_text = raw::RedisModule_InfoAddFieldCString.expect("InfoAddFieldCString");
+            add_text(ctx, c"version".as_ptr(), crate::version::C_TEXT.as_ptr());
             for (name, value) in fields {
                 raw::RedisModule_InfoAddFieldLongLong.expect("InfoAddFieldLongLong")(ctx, name.as_ptr(), value);
             }
+            add_text(ctx, c"storage".as_ptr(), storage.as_ptr() as *mut _);
+            add_text(ctx, c"compact_type".as_ptr(), compact_type.as_ptr() as *mut _);
         }
     }
 }

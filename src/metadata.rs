@@ -59,6 +59,7 @@ impl Arg {
 #[derive(Clone, Copy)]
 pub enum Kind {
     Key,
+    String,
     Integer,
     UnixTime,
     PureToken,
@@ -69,6 +70,7 @@ impl Kind {
     fn raw(self) -> raw::RedisModuleCommandArgType {
         match self {
             Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+            Kind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
             Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
             Kind::UnixTime => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
             Kind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
@@ -77,7 +79,7 @@ impl Kind {
     }
 }
 
-const KEY: Arg = Arg::plain(c"key", Kind::Key, c"The sorted set holding the window's log (one per client identity).");
+const KEY: Arg = Arg::plain(c"key", Kind::Key, c"The window's log (one per client identity): a sorted set, or the compact type xcloaklog.");
 const WINDOW: Arg = Arg::plain(c"window", Kind::Integer, c"Window length in milliseconds, 1 to 9007199254740991.");
 const LIMIT: Arg =
     Arg::plain(c"limit", Kind::Integer, c"Most units admitted per window, 0 to xcloak.max-limit (default 1000000).");
@@ -147,6 +149,37 @@ as much.",
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     acl_categories: c"read fast",
     args: &[KEY, WINDOW, LIMIT, TIER, COST, NOW],
+};
+
+pub const CONVERT: CommandDoc = CommandDoc {
+    name: c"xcloak.convert",
+    summary: c"Rewrites one window in the other storage form (ZSET: a sorted set; COMPACT: the module's \
+compact type), keeping every entry and the TTL. Replies 1 if converted, 0 if the key is missing or already in that form.",
+    complexity: c"O(N) with N the entries in the key (O(N*log(N)) into a sorted set).",
+    tips: None,
+    arity: 3,
+    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    acl_categories: c"write slow",
+    args: &[
+        KEY,
+        Arg::plain(
+            c"target",
+            Kind::String,
+            c"ZSET or COMPACT (COMPACT needs the module loaded with STORAGE compact).",
+        ),
+    ],
+};
+
+pub const APPLY: CommandDoc = CommandDoc {
+    name: c"xcloak.apply",
+    summary: c"Internal: replays the effect of a call on a compact window (load, trim, remove, add, \
+expiry) from the replication link or the AOF. Refused from clients.",
+    complexity: c"O(M + 1) for a trim of M entries and an add; O(N) to load N entries.",
+    tips: None,
+    arity: -2,
+    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    acl_categories: c"write",
+    args: &[KEY],
 };
 
 /// The layout version the server checks the structures against (the

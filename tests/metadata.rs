@@ -1,5 +1,6 @@
 //! What the server tells clients and operators: COMMAND INFO / DOCS /
-//! GETKEYS, ACL key patterns and categories, INFO xcloak, and the
+//! GETKEYS, ACL key patterns and categories, INFO xcloak, the version
+//! (MODULE LIST, INFO, load log line), and the
 //! `MAX-LIMIT` / `xcloak.max-limit` setting. Each feature is asserted where
 //! the server has it, and its exact absence where it does not (Redis 6.2 has
 //! no COMMAND DOCS, key specs, module configs; ACL categories for modules
@@ -243,6 +244,31 @@ fn info_xcloak_counts_a_known_sequence() {
         let text: String = redis::cmd("INFO").arg(section).query(&mut conn).unwrap();
         assert!(text.contains("# xcloak_stats") && text.contains("xcloak_admitted:3"), "INFO {section}");
     }
+}
+
+/// The version from Cargo.toml, in the three places an operator looks: MODULE
+/// LIST (encoded major * 10000 + minor * 100 + patch, as modules report it),
+/// INFO xcloak (text) and the load line of the server log. What would fail:
+/// a hard-coded or mis-encoded version (the crate's macro default was 1).
+#[test]
+fn version_in_module_list_info_and_log() {
+    let version = env!("CARGO_PKG_VERSION");
+    let numbers: Vec<i64> = version.split(['-', '+']).next().unwrap().split('.').map(|n| n.parse().unwrap()).collect();
+    let encoded = numbers[0] * 10000 + numbers[1] * 100 + numbers[2];
+
+    let server = Server::start();
+    let mut conn = server.client();
+    let modules: Value = redis::cmd("MODULE").arg("LIST").query(&mut conn).unwrap();
+    let xcloak = items(&modules)
+        .iter()
+        .find(|module| field(module, "name").map(text).as_deref() == Some("xcloak"))
+        .unwrap_or_else(|| panic!("MODULE LIST has no xcloak: {modules:?}"));
+    assert_eq!(field(xcloak, "ver").map(int), Some(encoded), "MODULE LIST: {xcloak:?}");
+
+    assert_eq!(info_field(&mut conn, "xcloak", "xcloak_version").as_deref(), Some(version));
+    let log = server.log();
+    let load_line = format!("<xcloak> version {version} loaded");
+    assert!(log.lines().any(|line| line.ends_with(&load_line)), "no line '{load_line}' in the log:\n{log}");
 }
 
 fn limit_error(conn: &mut Connection, limit: i64) -> Option<String> {

@@ -264,8 +264,7 @@ fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result
             let flag: i64 = redis::from_redis_value(&got).map_err(|e| TestCaseError::fail(format!("{e}")))?;
             prop_assert_eq!(flag, expected.five[0], "{}", context);
         }
-        let stored: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(conn)?;
-        let stored: Vec<i64> = stored.into_iter().map(|(_, score)| score as i64).collect();
+        let stored = stored_stamps(conn, key);
         prop_assert_eq!(&stored, &model.stamps, "stored log after {}", context);
     }
     Ok(())
@@ -273,7 +272,20 @@ fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result
 
 #[test]
 fn live_commands_match_the_reference_model() {
-    let server = Server::start();
+    run_model(Server::start(), "zset");
+}
+
+/// The same sequences on keys of the compact form (`STORAGE compact`).
+#[test]
+fn compact_windows_match_the_reference_model() {
+    run_model(ServerConfig::compact().start(), "xcloaklog");
+}
+
+/// Runs random sequences against `server`, whose windows must be of `form`.
+fn run_model(server: Server, form: &str) {
+    let mut probe = server.client();
+    assert_eq!(allow_at(&mut probe, "model:form", 1000, 1, 1_700_000_000_000), 1);
+    assert_eq!(key_type(&mut probe, "model:form"), form, "the server creates keys of the form under test");
     let conn = std::cell::RefCell::new(server.client());
     let mut runner = TestRunner::new(Config { cases: 128, failure_persistence: None, ..Config::default() });
     let case = std::cell::Cell::new(0u64);

@@ -108,6 +108,10 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// The module loaded with `STORAGE compact`: keys are created in the compact type.
+    pub fn compact() -> Self {
+        ServerConfig::default().module_args(&["STORAGE", "compact"])
+    }
     pub fn without_module() -> Self {
         ServerConfig { module: false, ..Default::default() }
     }
@@ -350,6 +354,40 @@ pub fn article_at(conn: &mut Connection, key: &str, window: i64, limit: i64, now
 /// Every (member, score) of a sorted set, in order.
 pub fn entries(conn: &mut Connection, key: &str) -> Vec<(String, f64)> {
     redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(conn).unwrap()
+}
+
+/// `TYPE key`.
+pub fn key_type(conn: &mut Connection, key: &str) -> String {
+    redis::cmd("TYPE").arg(key).query(conn).unwrap()
+}
+
+/// The stamps stored in the window at `key`, oldest first, whatever its form:
+/// a sorted set's scores, or a compact key's entries read through a COPY
+/// converted to a sorted set (which also exercises COPY and XCLOAK.CONVERT).
+pub fn stored_stamps(conn: &mut Connection, key: &str) -> Vec<i64> {
+    let scores = |conn: &mut Connection, key: &str| -> Vec<i64> {
+        let stored: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(conn).unwrap();
+        stored.into_iter().map(|(_, score)| score as i64).collect()
+    };
+    match key_type(conn, key).as_str() {
+        "none" => Vec::new(),
+        "zset" => scores(conn, key),
+        "xcloaklog" => {
+            // In the key's slot (a cluster node refuses another one).
+            let copy = if key.contains('{') { format!("{key}:stamps") } else { format!("{{{key}}}:stamps") };
+            let (copied, converted): (i64, i64) = redis::pipe()
+                .atomic()
+                .cmd("COPY").arg(key).arg(&copy).arg("REPLACE")
+                .cmd("XCLOAK.CONVERT").arg(&copy).arg("ZSET")
+                .query(conn)
+                .unwrap();
+            assert_eq!((copied, converted), (1, 1), "COPY and CONVERT of {key}");
+            let stamps = scores(conn, &copy);
+            let _: () = redis::cmd("DEL").arg(&copy).query(conn).unwrap();
+            stamps
+        }
+        other => panic!("{key} holds a {other}, not a window"),
+    }
 }
 
 /// `DEBUG DIGEST` of the whole dataset (7.0+ needs enable-debug-command).

@@ -1,0 +1,445 @@
+//! The compact form of a window: the module's data type `xcloaklog`, holding a
+//! [`RunLog`] (the log as varint runs, `encoding.rs`), and everything that makes
+//! it a real data type: RDB save/load with an encoding version, AOF rewrite,
+//! DUMP/RESTORE (and so MIGRATE and resharding), COPY, MEMORY USAGE, lazy
+//! free, DEBUG DIGEST-VALUE, active defrag.
+//!
+//! The type is registered only when the module is loaded with
+//! `STORAGE compact`: a server loaded without it has no module type, so
+//! `MODULE UNLOAD` works and RDB/AOF hold only core types.
+//!
+//! Effects, not commands, are replicated: one internal command,
+//! `XCLOAK.APPLY key <effect> [<canonical bytes>]` (`effect.rs`), carries
+//! exactly what a call did, with explicit values and the expiry (a replica
+//! never consults its own clock): one replicated command per call.
+//! `XCLOAK.APPLY` runs only from the replication link or while loading the
+//! AOF; a client gets an error. The AOF rewrite emits
+//! `XCLOAK.APPLY key L <canonical bytes>` (the server adds the expiry).
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+
+use redis_module::raw;
+
+use super::effect::{Effect, MAX_TEXT};
+use super::encoding::{RunLog, MAX_ENTRIES};
+use super::{api, Changes, Key};
+use crate::window::Log;
+
+/// `TYPE` replies this; module type names are exactly 9 characters.
+pub const TYPE_NAME: &std::ffi::CStr = c"xcloaklog";
+
+/// The RDB encoding this module writes and reads. A payload of a later
+/// version (from a newer module) is refused with a log line, never guessed at.
+pub const ENCODING_VERSION: c_int = 1;
+
+/// The server's own wrapper around a module value (its object header and
+/// the type/value pair), counted in `MEMORY USAGE` like a core type's header.
+const SERVER_WRAPPER_BYTES: usize = 32;
+
+static TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(ptr::null_mut());
+
+/// Whether the type is registered (the module was loaded with `STORAGE compact`).
+pub fn registered() -> bool {
+    !TYPE.load(Relaxed).is_null()
+}
+
+/// Registers `xcloaklog`. Call from `OnLoad` only.
+pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+    // SAFETY: reading the function table the server filled in at load.
+    let defrag_api = unsafe { raw::RedisModule_DefragAlloc }.is_some();
+    let mut methods = raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: Some(free_effort),
+        unlink: None,
+        copy: Some(copy),
+        defrag: if defrag_api { Some(defrag) } else { None },
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    };
+    // SAFETY: the load context, a NUL-terminated static name, and methods the
+    // server copies.
+    let created = unsafe { api!(RedisModule_CreateDataType)(ctx, TYPE_NAME.as_ptr(), ENCODING_VERSION, &mut methods) };
+    if created.is_null() {
+        return Err("could not register the data type xcloaklog (STORAGE compact)".to_string());
+    }
+    TYPE.store(created, Relaxed);
+    // A short read while loading sets an error the loader checks, instead of
+    // aborting the server (and so allows diskless replica loads); the module
+    // keeps no state outside its keys, so an asynchronous (swapdb) load into
+    // a second keyspace is safe as well.
+    // SAFETY: as above.
+    if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
+        let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
+        unsafe { set_options(ctx, options as c_int) };
+    }
+    Ok(())
+}
+
+/// Whether the open `key` holds this module's type.
+pub fn is_ours(key: &Key) -> bool {
+    let ours = TYPE.load(Relaxed);
+    // SAFETY: the key is open.
+    !ours.is_null() && unsafe { api!(RedisModule_ModuleTypeGetType)(key.raw) } == ours
+}
+
+/// The log stored at `key`, if the key holds one.
+fn value_of(key: &Key) -> *mut RunLog {
+    if !is_ours(key) {
+        return ptr::null_mut();
+    }
+    // SAFETY: the key holds our type, whose values are `Box<RunLog>`s.
+    unsafe { api!(RedisModule_ModuleTypeGetValue)(key.raw) as *mut RunLog }
+}
+
+/// Stores `log` at the (open, writable) `key`, replacing what it held.
+fn set_value(key: &Key, log: RunLog) -> *mut RunLog {
+    let value = Box::into_raw(Box::new(log));
+    // SAFETY: the key is open for writing; the server owns `value` from now
+    // on and frees it through `free`.
+    unsafe { api!(RedisModule_ModuleTypeSetValue)(key.raw, TYPE.load(Relaxed), value as *mut c_void) };
+    value
+}
+
+/// A window held in the compact type, open for one call.
+pub struct CompactLog {
+    pub key: Key,
+    pub changes: Changes,
+    /// The stored log; null while the key is empty.
+    value: *mut RunLog,
+}
+
+impl CompactLog {
+    pub fn new(key: Key) -> CompactLog {
+        let value = value_of(&key);
+        CompactLog { key, changes: Changes::default(), value }
+    }
+
+    fn log(&self) -> Option<&RunLog> {
+        // SAFETY: a non-null `value` is the key's, valid while the key is open
+        // and nothing else replaced it (only this struct writes it).
+        unsafe { self.value.as_ref() }
+    }
+
+    /// Replicates the call's changes, and the expiry to set, as one
+    /// `XCLOAK.APPLY key <effect>`.
+    pub fn replicate_changes(&self, expire_at_ms: Option<i64>) {
+        let Changes { trimmed, cutoff_ms, added, added_at_ms } = self.changes;
+        let effect = Effect {
+            trim_cutoff_ms: (trimmed > 0).then_some(cutoff_ms),
+            add: (added > 0).then_some((added_at_ms, added)),
+            expire_at_ms,
+            ..Effect::default()
+        };
+        if !effect.is_empty() {
+            replicate_effect(&self.key, &effect, None);
+        }
+    }
+}
+
+/// Replicates `XCLOAK.APPLY key <effect> [<bytes>]`.
+fn replicate_effect(key: &Key, effect: &Effect, bytes: Option<&[u8]>) {
+    let mut text = [0u8; MAX_TEXT];
+    let len = effect.write(&mut text);
+    let replicate = api!(RedisModule_Replicate);
+    // SAFETY: "s" the key name, "b" a buffer and its length (each "b" one).
+    unsafe {
+        match bytes {
+            None => replicate(key.ctx, APPLY.as_ptr(), c"sb".as_ptr(), key.name, text.as_ptr() as *const c_char, len),
+            Some(bytes) => replicate(
+                key.ctx,
+                APPLY.as_ptr(),
+                c"sbb".as_ptr(),
+                key.name,
+                text.as_ptr() as *const c_char,
+                len,
+                bytes.as_ptr() as *const c_char,
+                bytes.len(),
+            ),
+        };
+    }
+}
+
+const APPLY: &std::ffi::CStr = c"XCLOAK.APPLY";
+
+impl Log for CompactLog {
+    fn len(&self) -> u64 {
+        self.log().map_or(0, RunLog::len)
+    }
+
+    fn count_expired(&self, cutoff_ms: i64) -> u64 {
+        self.log().map_or(0, |log| log.count_expired(cutoff_ms))
+    }
+
+    fn trim(&mut self, cutoff_ms: i64) -> u64 {
+        self.changes.cutoff_ms = cutoff_ms;
+        // SAFETY: as in `log`, and this call holds the key open for writing.
+        let Some(log) = (unsafe { self.value.as_mut() }) else { return 0 };
+        let removed = log.trim(cutoff_ms);
+        self.changes.trimmed += removed;
+        if log.is_empty() {
+            self.key.delete();
+            self.value = ptr::null_mut();
+        }
+        removed
+    }
+
+    fn nth_live(&self, cutoff_ms: i64, n: u64) -> Option<i64> {
+        self.log().and_then(|log| log.nth_live(cutoff_ms, n))
+    }
+
+    fn newest(&self) -> Option<i64> {
+        self.log().and_then(RunLog::newest)
+    }
+
+    fn record(&mut self, now_ms: i64, cost: u64) {
+        if self.value.is_null() {
+            self.value = set_value(&self.key, RunLog::default());
+        }
+        // SAFETY: just set, or the key's value.
+        unsafe { &mut *self.value }.record(now_ms, cost);
+        self.changes.added += cost;
+        self.changes.added_at_ms = now_ms;
+    }
+}
+
+/// Every entry at `key` (which holds this type) as runs, oldest first.
+pub fn read_runs(key: &Key) -> Vec<(i64, u64)> {
+    // SAFETY: see `CompactLog::log`.
+    unsafe { value_of(key).as_ref() }.map_or_else(Vec::new, |log| log.runs().collect())
+}
+
+/// Stores `runs` at the empty `key` and replicates `XCLOAK.APPLY key L <bytes>`.
+pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
+    let mut log = RunLog::default();
+    for &(stamp_ms, count) in runs {
+        log.record(stamp_ms, count);
+    }
+    let mut bytes = Vec::new();
+    log.encode(&mut bytes);
+    set_value(key, log);
+    replicate_effect(key, &Effect { load: true, ..Effect::default() }, Some(&bytes));
+}
+
+// ---------------------------------------------------------------------------
+// XCLOAK.APPLY: the replicated effect.
+
+/// Whether the call comes from the replication link or the AOF being loaded.
+pub fn from_primary_or_aof(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: the live context of this call.
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
+    flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+}
+
+/// Applies `XCLOAK.APPLY key <effect> [<bytes>]` to `key`, as the primary
+/// did: load, trim, remove, add, expiry; a window left empty is deleted.
+pub fn apply(key: Key, effect: &Effect, bytes: Option<&[u8]>) -> Result<(), String> {
+    if !key.is_empty() && !is_ours(&key) {
+        return Err(super::WRONGTYPE.to_string());
+    }
+    let loaded = match (effect.load, bytes) {
+        (true, Some(bytes)) => Some(RunLog::decode(bytes).map_err(|e| format!("XCLOAK.APPLY L: {e}"))?),
+        (false, None) => None,
+        _ => return Err("XCLOAK.APPLY takes the canonical bytes after the effect exactly when it loads (L)".to_string()),
+    };
+    if let Some((_, count)) = effect.add {
+        // SAFETY: see `CompactLog::log`.
+        let held = match &loaded {
+            Some(log) => log.len(),
+            None => unsafe { value_of(&key).as_ref() }.map_or(0, RunLog::len),
+        };
+        if held + count > MAX_ENTRIES {
+            return Err(format!("XCLOAK.APPLY A would hold more than {MAX_ENTRIES} entries"));
+        }
+    }
+    if let Some(log) = loaded {
+        set_value(&key, log);
+    }
+    let mut window = CompactLog::new(key);
+    if let Some(cutoff_ms) = effect.trim_cutoff_ms {
+        window.trim(cutoff_ms);
+    }
+    if let Some((stamp_ms, count)) = effect.remove {
+        // SAFETY: as in `CompactLog::log`.
+        if let Some(log) = unsafe { window.value.as_mut() } {
+            log.remove_at(stamp_ms, count);
+            if log.is_empty() {
+                window.key.delete();
+                window.value = ptr::null_mut();
+            }
+        }
+    }
+    if let Some((stamp_ms, count)) = effect.add {
+        window.record(stamp_ms, count);
+    }
+    super::announce(&window.key, &window.changes);
+    if let (Some(expire_at_ms), false) = (effect.expire_at_ms, window.key.is_empty()) {
+        window.key.set_expiry(expire_at_ms);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Data type callbacks. Each runs under `catch_unwind`: no panic crosses into C.
+
+fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+/// # Safety
+/// `value` must be a value of this type (a `Box<RunLog>` the server holds).
+unsafe fn log_of<'a>(value: *const c_void) -> &'a RunLog {
+    unsafe { &*(value as *const RunLog) }
+}
+
+fn canonical(log: &RunLog) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    log.encode(&mut bytes);
+    bytes
+}
+
+extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: the server passes a value of this type and a live IO.
+        let log = unsafe { log_of(value) };
+        let bytes = canonical(log);
+        unsafe {
+            api!(RedisModule_SaveUnsigned)(rdb, log.len());
+            api!(RedisModule_SaveStringBuffer)(rdb, bytes.as_ptr() as *const c_char, bytes.len());
+        }
+    })
+}
+
+extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guarded(ptr::null_mut(), || match load(rdb, encver) {
+        Ok(log) => Box::into_raw(Box::new(log)) as *mut c_void,
+        Err(reason) => {
+            log_io_warning(rdb, &format!("xcloak: refusing a compact window (xcloaklog) in the data being loaded: {reason}"));
+            ptr::null_mut()
+        }
+    })
+}
+
+fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<RunLog, String> {
+    if encver != ENCODING_VERSION {
+        return Err(format!(
+            "its encoding version is {encver}, this module reads version {ENCODING_VERSION} (load it with the module version that wrote it, or newer)"
+        ));
+    }
+    let io_error = || unsafe { api!(RedisModule_IsIOError)(rdb) } != 0;
+    // SAFETY: a live IO of this type's value.
+    let entries = unsafe { api!(RedisModule_LoadUnsigned)(rdb) };
+    if io_error() {
+        return Err("the data ends before the entry count".to_string());
+    }
+    let mut len = 0usize;
+    let buffer = unsafe { api!(RedisModule_LoadStringBuffer)(rdb, &mut len) };
+    if io_error() || buffer.is_null() {
+        return Err("the data ends inside the runs".to_string());
+    }
+    // SAFETY: the server returned `len` bytes it allocated; freed below.
+    let decoded = RunLog::decode(unsafe { std::slice::from_raw_parts(buffer as *const u8, len) });
+    unsafe { api!(RedisModule_Free)(buffer as *mut c_void) };
+    let log = decoded.map_err(|e| e.to_string())?;
+    if log.len() != entries {
+        return Err(format!("it says {entries} entries and holds {}", log.len()));
+    }
+    Ok(log)
+}
+
+fn log_io_warning(rdb: *mut raw::RedisModuleIO, message: &str) {
+    let text = CString::new(message.replace('\0', "?")).unwrap_or_default();
+    // SAFETY: "%s" with one NUL-terminated string.
+    unsafe { api!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"%s".as_ptr(), text.as_ptr()) };
+}
+
+extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: as in rdb_save.
+        let bytes = canonical(unsafe { log_of(value) });
+        unsafe {
+            api!(RedisModule_EmitAOF)(aof, APPLY.as_ptr(), c"scb".as_ptr(), key, c"L".as_ptr(), bytes.as_ptr() as *const c_char, bytes.len())
+        };
+    })
+}
+
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    guarded(0, || {
+        // SAFETY: as in rdb_save.
+        let log = unsafe { log_of(value) };
+        // SAFETY: reading the function table; the pointers are live allocations.
+        let usable = |ptr: *const c_void, fallback: usize| match unsafe { raw::RedisModule_MallocSize } {
+            Some(malloc_size) => unsafe { malloc_size(ptr as *mut c_void) },
+            None => fallback,
+        };
+        let heap = log.heap_ptr().map_or(0, |ptr| usable(ptr as *const c_void, log.heap_bytes()));
+        SERVER_WRAPPER_BYTES + usable(value, std::mem::size_of::<RunLog>()) + heap
+    })
+}
+
+extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: as in rdb_save.
+        let bytes = canonical(unsafe { log_of(value) });
+        unsafe {
+            api!(RedisModule_DigestAddStringBuffer)(md, bytes.as_ptr() as *const c_char as *mut _, bytes.len());
+            api!(RedisModule_DigestEndSequence)(md);
+        }
+    })
+}
+
+extern "C" fn free(value: *mut c_void) {
+    guarded((), || {
+        // SAFETY: the server frees each value once; it came from Box::into_raw.
+        drop(unsafe { Box::from_raw(value as *mut RunLog) });
+    })
+}
+
+/// Freeing a window is two deallocations whatever its size: never worth a
+/// background thread.
+extern "C" fn free_effort(_key: *mut raw::RedisModuleString, _value: *const c_void) -> usize {
+    2
+}
+
+extern "C" fn copy(_from: *mut raw::RedisModuleString, _to: *mut raw::RedisModuleString, value: *const c_void) -> *mut c_void {
+    guarded(ptr::null_mut(), || {
+        // SAFETY: as in rdb_save.
+        let log = unsafe { log_of(value) };
+        let mut copied = RunLog::default();
+        for (stamp_ms, count) in log.runs() {
+            copied.record(stamp_ms, count);
+        }
+        Box::into_raw(Box::new(copied)) as *mut c_void
+    })
+}
+
+extern "C" fn defrag(ctx: *mut raw::RedisModuleDefragCtx, _key: *mut raw::RedisModuleString, value: *mut *mut c_void) -> c_int {
+    guarded(0, || {
+        let defrag_alloc = api!(RedisModule_DefragAlloc);
+        // SAFETY: `*value` is this type's Box<RunLog>; DefragAlloc returns a
+        // copy (and frees the old allocation) or null when it left it alone.
+        unsafe {
+            let moved = defrag_alloc(ctx, *value);
+            if !moved.is_null() {
+                *value = moved;
+            }
+            let log = &mut *(*value as *mut RunLog);
+            log.relocate(|bytes| defrag_alloc(ctx, bytes as *mut c_void) as *mut u8);
+        }
+        0
+    })
+}

@@ -1,0 +1,472 @@
+//! Where a window lives: the one folder that touches keys.
+//!
+//! A window is stored in one of two forms, side by side:
+//! - [`zset`]: a sorted set, the layout of the article's script and of the
+//!   Lua fallback (`src/lua/`), so deployments move between them freely;
+//! - [`compact`]: the module's own data type `xcloaklog`, the log as runs of
+//!   varint bytes ([`encoding`], pure Rust), a few bytes per request.
+//!
+//! Both implement [`Log`], so `window.rs` decides the same way over either.
+//! The form applies to keys a call *creates* ([`set_creation_form`], the
+//! `STORAGE` load argument / `xcloak.storage`): an existing key keeps its form,
+//! and a window that empties is recreated in the configured form by its next
+//! admission. This file holds what both forms share: the checked API calls,
+//! the open key, the record of what a call changed, and the commit that sets
+//! the expiry, replicates the effects and fires the keyspace events.
+
+pub mod compact;
+pub mod effect;
+pub mod encoding;
+pub mod zset;
+
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+use redis_module::raw;
+
+use crate::window::Log;
+use compact::CompactLog;
+use zset::ZsetLog;
+
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// Margin added to the window for the key's TTL (see `docs/design.md`).
+pub const TTL_MARGIN_MS: i64 = 1000;
+
+/// An admission leaves the key's expiry alone while it is still more than
+/// `window + TTL_MARGIN_MS - TTL_REFRESH_SLACK_MS` away: a busy key re-arms
+/// (and replicates `PEXPIREAT`) at most every 500 ms instead of on every
+/// admission, and the TTL after an admission stays in (window + 500, window + 1000].
+pub const TTL_REFRESH_SLACK_MS: i64 = 500;
+
+/// Calls a function of the module API. Every one used here exists on all
+/// supported servers (checked at load, see `lib.rs`).
+macro_rules! api {
+    ($name:ident) => {{
+        // SAFETY: the API table is filled once, at load, before any call.
+        #[allow(unused_unsafe)]
+        let function = unsafe { raw::$name };
+        function.expect(concat!(stringify!($name), " is missing"))
+    }};
+}
+pub(crate) use api;
+
+/// The first module API function this module calls that the server did not
+/// provide, if any: `lib.rs` refuses to load then, so `api!` never fails.
+pub fn missing_api() -> Option<&'static str> {
+    macro_rules! first_missing {
+        ($($name:ident),* $(,)?) => {{
+            // SAFETY: reads the table the server filled in before OnLoad's body.
+            $( if unsafe { raw::$name }.is_none() { return Some(stringify!($name)); } )*
+            None
+        }};
+    }
+    first_missing!(
+        RedisModule_OpenKey, RedisModule_CloseKey, RedisModule_KeyType, RedisModule_ValueLength,
+        RedisModule_ZsetFirstInScoreRange, RedisModule_ZsetLastInScoreRange,
+        RedisModule_ZsetRangeEndReached, RedisModule_ZsetRangeStop, RedisModule_ZsetRangeNext,
+        RedisModule_ZsetRangeCurrentElement, RedisModule_ZsetAdd, RedisModule_ZsetRem,
+        RedisModule_DeleteKey, RedisModule_GetExpire, RedisModule_SetExpire, RedisModule_Replicate,
+        RedisModule_ReplicateVerbatim, RedisModule_GetContextFlags,
+        RedisModule_NotifyKeyspaceEvent, RedisModule_CreateString, RedisModule_CreateStringFromLongLong,
+        RedisModule_FreeString, RedisModule_StringPtrLen, RedisModule_Milliseconds,
+        RedisModule_WrongArity, RedisModule_ReplyWithLongLong, RedisModule_ReplyWithArray,
+        RedisModule_ReplyWithError,
+        // The compact form (its callbacks run only once its type is registered).
+        RedisModule_CreateDataType, RedisModule_ModuleTypeGetType, RedisModule_ModuleTypeGetValue,
+        RedisModule_ModuleTypeSetValue, RedisModule_SaveUnsigned, RedisModule_LoadUnsigned,
+        RedisModule_SaveStringBuffer, RedisModule_LoadStringBuffer, RedisModule_IsIOError,
+        RedisModule_EmitAOF, RedisModule_DigestAddStringBuffer, RedisModule_DigestEndSequence,
+        RedisModule_Free, RedisModule_Log, RedisModule_LogIOError,
+    )
+}
+
+/// The two forms of a window (named as `STORAGE` and `XCLOAK.CONVERT` name them).
+pub use crate::args::Storage as Form;
+
+static CREATION_FORM: AtomicU8 = AtomicU8::new(0);
+
+/// The form of the keys calls create from now on. `Compact` needs the type
+/// registered (`compact::register`); config.rs checks that before calling.
+pub fn set_creation_form(form: Form) {
+    CREATION_FORM.store(form as u8, Relaxed);
+}
+
+pub fn creation_form() -> Form {
+    // Never a compact key without its type: it could not be freed.
+    if CREATION_FORM.load(Relaxed) == Form::Compact as u8 && compact::registered() {
+        Form::Compact
+    } else {
+        Form::Zset
+    }
+}
+
+/// An open key, closed on drop (also when unwinding from a panic).
+pub struct Key {
+    pub ctx: *mut raw::RedisModuleCtx,
+    pub raw: *mut raw::RedisModuleKey,
+    pub name: *mut raw::RedisModuleString,
+}
+
+/// What an open key holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    Nothing,
+    Window(Form),
+    OtherType,
+}
+
+impl Key {
+    /// Opens `name` for reading, or for reading and writing.
+    ///
+    /// # Safety
+    /// `ctx` and `name` must be the live context and a string of the command
+    /// being executed.
+    pub unsafe fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, writable: bool) -> Key {
+        let mode = if writable { raw::REDISMODULE_READ | raw::REDISMODULE_WRITE } else { raw::REDISMODULE_READ };
+        let raw = unsafe { api!(RedisModule_OpenKey)(ctx, name, mode as c_int) };
+        Key { ctx, raw, name }
+    }
+
+    /// A stand-in that holds no key (closes nothing).
+    fn detached() -> Key {
+        Key { ctx: std::ptr::null_mut(), raw: std::ptr::null_mut(), name: std::ptr::null_mut() }
+    }
+
+    pub fn holds(&self) -> Holds {
+        // SAFETY: the key is open.
+        let key_type = unsafe { api!(RedisModule_KeyType)(self.raw) } as isize;
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY {
+            Holds::Nothing
+        } else if key_type == raw::REDISMODULE_KEYTYPE_ZSET {
+            Holds::Window(Form::Zset)
+        } else if compact::is_ours(self) {
+            Holds::Window(Form::Compact)
+        } else {
+            Holds::OtherType
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        (unsafe { api!(RedisModule_KeyType)(self.raw) }) as isize == raw::REDISMODULE_KEYTYPE_EMPTY
+    }
+
+    pub fn delete(&self) {
+        // SAFETY: the key is open for writing.
+        unsafe { api!(RedisModule_DeleteKey)(self.raw) };
+    }
+
+    /// Milliseconds until the key expires, or `None` without an expiry.
+    pub fn ttl_ms(&self) -> Option<i64> {
+        // SAFETY: the key is open and holds a value.
+        let remaining_ms = unsafe { api!(RedisModule_GetExpire)(self.raw) };
+        (remaining_ms != raw::REDISMODULE_NO_EXPIRE as i64).then_some(remaining_ms)
+    }
+
+    /// Whether the key has no expiry, or one within `ttl_ms - TTL_REFRESH_SLACK_MS` from now.
+    fn needs_expiry(&self, ttl_ms: i64) -> bool {
+        self.ttl_ms().is_none_or(|remaining_ms| remaining_ms <= ttl_ms - TTL_REFRESH_SLACK_MS)
+    }
+
+    /// Sets the key to expire at `expire_at_ms` (replication is the form's).
+    pub fn set_expiry(&self, expire_at_ms: i64) {
+        // SAFETY: the key is open for writing and holds a value.
+        unsafe {
+            match raw::RedisModule_SetAbsExpire {
+                Some(set_abs) => set_abs(self.raw, expire_at_ms),
+                None => api!(RedisModule_SetExpire)(self.raw, (expire_at_ms - api!(RedisModule_Milliseconds)()).max(1)),
+            };
+        }
+        self.notify(raw::NotifyEvent::GENERIC, c"expire");
+    }
+
+    /// Replicates `PEXPIREAT key expire_at_ms`.
+    pub fn replicate_pexpireat(&self, expire_at_ms: i64) {
+        // SAFETY: "s" the key name, "l" a long long.
+        unsafe {
+            api!(RedisModule_Replicate)(self.ctx, c"PEXPIREAT".as_ptr(), c"sl".as_ptr(), self.name, expire_at_ms as std::ffi::c_longlong)
+        };
+    }
+
+    fn notify(&self, class: raw::NotifyEvent, event: &std::ffi::CStr) {
+        // SAFETY: the context and the key name belong to this call.
+        unsafe { api!(RedisModule_NotifyKeyspaceEvent)(self.ctx, class.bits(), event.as_ptr(), self.name) };
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        if !self.raw.is_null() {
+            // SAFETY: `raw` came from OpenKey and is closed exactly once, here.
+            unsafe { api!(RedisModule_CloseKey)(self.raw) };
+        }
+    }
+}
+
+/// What a write call did to a log, for replication and keyspace events.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Changes {
+    /// Entries removed by `trim`, and the cutoff it used.
+    pub trimmed: u64,
+    pub cutoff_ms: i64,
+    /// Entries added by `record`, and their stamp.
+    pub added: u64,
+    pub added_at_ms: i64,
+}
+
+/// A window opened by a command, in whichever form its key holds.
+pub enum Window {
+    Zset(ZsetLog),
+    Compact(CompactLog),
+}
+
+/// How a key was found when opened.
+pub enum Opened {
+    Ready(Window),
+    WrongType,
+}
+
+/// Opens the window at `name`: its key's form, or for a missing key the
+/// form keys are created in.
+///
+/// # Safety
+/// `ctx` and `name` must be the live context and an argument of the command
+/// being executed.
+pub unsafe fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, writable: bool) -> Opened {
+    let key = unsafe { Key::open(ctx, name, writable) };
+    match key.holds() {
+        Holds::Window(form) => Opened::Ready(Window::new(key, form)),
+        Holds::Nothing => Opened::Ready(Window::new(key, creation_form())),
+        Holds::OtherType => Opened::WrongType,
+    }
+}
+
+/// Fires the keyspace events of what a call did to a log, the same for both
+/// forms (and on a replica applying the compact form's effects).
+pub fn announce(key: &Key, changes: &Changes) {
+    if changes.trimmed > 0 {
+        key.notify(raw::NotifyEvent::ZSET, c"zremrangebyscore");
+        if key.is_empty() && changes.added == 0 {
+            key.notify(raw::NotifyEvent::GENERIC, c"del");
+        }
+    }
+    if changes.added > 0 {
+        key.notify(raw::NotifyEvent::ZSET, c"zadd");
+    }
+}
+
+/// Dispatches a call to the open form.
+macro_rules! each_form {
+    ($window:expr, $log:ident => $body:expr) => {
+        match $window {
+            Window::Zset($log) => $body,
+            Window::Compact($log) => $body,
+        }
+    };
+}
+
+impl Window {
+    fn new(key: Key, form: Form) -> Window {
+        match form {
+            Form::Zset => Window::Zset(ZsetLog::new(key)),
+            Form::Compact => Window::Compact(CompactLog::new(key)),
+        }
+    }
+
+    fn form(&self) -> Form {
+        match self {
+            Window::Zset(_) => Form::Zset,
+            Window::Compact(_) => Form::Compact,
+        }
+    }
+
+    fn key(&self) -> &Key {
+        each_form!(self, log => &log.key)
+    }
+
+    fn changes(&self) -> &Changes {
+        each_form!(self, log => &log.changes)
+    }
+
+    /// Ends a write call: replicates and announces what changed; after an
+    /// admission, sets the key to expire `ttl_ms` after `server_ms`, unless it
+    /// already expires more than `ttl_ms - TTL_REFRESH_SLACK_MS` from now (so
+    /// an expiry is never shortened: a server clock that stepped back must not
+    /// cut short entries stamped before the step).
+    pub fn commit(&self, server_ms: i64, ttl_ms: i64) {
+        let expire_at_ms = (self.changes().added > 0 && self.key().needs_expiry(ttl_ms)).then_some(server_ms + ttl_ms);
+        self.publish_changes(expire_at_ms);
+        if let Some(expire_at_ms) = expire_at_ms {
+            self.key().set_expiry(expire_at_ms);
+        }
+    }
+
+    /// Replicates the changes (as this form's effects, with the expiry to
+    /// set, if any) and fires the keyspace events, the same for both forms.
+    fn publish_changes(&self, expire_at_ms: Option<i64>) {
+        let (key, changes) = (self.key(), self.changes());
+        if changes.trimmed == 0 && changes.added == 0 {
+            return;
+        }
+        each_form!(self, log => log.replicate_changes(expire_at_ms));
+        announce(key, changes);
+    }
+
+    /// Before the first entry goes into a key that this call emptied (or
+    /// found missing), makes it the configured form: the changes so far are
+    /// published in the old form's terms, and the new form starts clean.
+    fn recreate_in_configured_form(&mut self) {
+        let wanted = creation_form();
+        if wanted == self.form() || !self.key().is_empty() {
+            return;
+        }
+        let old = std::mem::replace(self, Window::Zset(ZsetLog::new(Key::detached())));
+        old.publish_changes(None);
+        let key = match old {
+            Window::Zset(log) => log.key,
+            Window::Compact(log) => log.key,
+        };
+        *self = Window::new(key, wanted);
+    }
+}
+
+impl Log for Window {
+    fn len(&self) -> u64 {
+        each_form!(self, log => log.len())
+    }
+    fn count_expired(&self, cutoff_ms: i64) -> u64 {
+        each_form!(self, log => log.count_expired(cutoff_ms))
+    }
+    fn trim(&mut self, cutoff_ms: i64) -> u64 {
+        each_form!(self, log => log.trim(cutoff_ms))
+    }
+    fn nth_live(&self, cutoff_ms: i64, n: u64) -> Option<i64> {
+        each_form!(self, log => log.nth_live(cutoff_ms, n))
+    }
+    fn newest(&self) -> Option<i64> {
+        each_form!(self, log => log.newest())
+    }
+    fn record(&mut self, now_ms: i64, cost: u64) {
+        self.recreate_in_configured_form();
+        each_form!(self, log => log.record(now_ms, cost))
+    }
+}
+
+/// `XCLOAK.CONVERT`: rewrites the window at `name` in `to`, keeping every
+/// entry and the expiry; replicated as effects (`DEL`, the new form's load,
+/// `PEXPIREAT`). `Ok(false)` when the key is missing or already in `to`.
+/// A sorted set gets one member per entry, so a window of more than
+/// `max_entries` (the configured `MAX-LIMIT`) is refused: a restored compact
+/// window can claim up to 10^9 entries in a few bytes.
+///
+/// # Safety
+/// As for [`open`].
+pub unsafe fn convert(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, to: Form, max_entries: u64) -> Result<bool, Refusal> {
+    let key = unsafe { Key::open(ctx, name, true) };
+    let from = match key.holds() {
+        Holds::Nothing => return Ok(false),
+        Holds::OtherType => return Err(Refusal::WrongType),
+        Holds::Window(form) if form == to => return Ok(false),
+        Holds::Window(form) => form,
+    };
+    let runs = match from {
+        Form::Zset => zset::read_runs(&key).map_err(Refusal::Invalid)?,
+        Form::Compact => compact::read_runs(&key),
+    };
+    let entries: u64 = runs.iter().map(|&(_, count)| count).sum();
+    if to == Form::Zset && entries > max_entries {
+        return Err(Refusal::Invalid(format!(
+            "the window holds {entries} entries, more than xcloak.max-limit ({max_entries}); raise it to convert into a sorted set"
+        )));
+    }
+    let expire_at_ms = key.ttl_ms().map(|ttl_ms| unsafe { api!(RedisModule_Milliseconds)() } + ttl_ms);
+    key.delete();
+    // SAFETY: "s" the key name.
+    unsafe { api!(RedisModule_Replicate)(ctx, c"DEL".as_ptr(), c"s".as_ptr(), name) };
+    match to {
+        Form::Zset => zset::write_runs(&key, &runs),
+        Form::Compact => compact::write_runs(&key, &runs),
+    }
+    if let Some(expire_at_ms) = expire_at_ms {
+        key.set_expiry(expire_at_ms);
+        key.replicate_pexpireat(expire_at_ms);
+    }
+    key.notify(raw::NotifyEvent::GENERIC, c"xcloak.convert");
+    Ok(true)
+}
+
+/// Why a command left a key alone.
+pub enum Refusal {
+    WrongType,
+    Invalid(String),
+}
+
+/// Writes `value` in decimal, zero-padded to `width` (<= 20) digits; returns
+/// the length (by hand: this runs on every admission, and `core::fmt` costs
+/// more than the rest of it).
+pub fn write_decimal(out: &mut [u8], mut value: u64, width: usize) -> usize {
+    let mut digits = [b'0'; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    let start = start.min(digits.len() - width);
+    let len = digits.len() - start;
+    out[..len].copy_from_slice(&digits[start..]);
+    len
+}
+
+/// A RedisModuleString this module created or was handed, freed on drop.
+pub struct Owned {
+    ctx: *mut raw::RedisModuleCtx,
+    pub string: *mut raw::RedisModuleString,
+}
+
+impl Owned {
+    pub fn from_bytes(ctx: *mut raw::RedisModuleCtx, bytes: &[u8]) -> Self {
+        let string = unsafe { api!(RedisModule_CreateString)(ctx, bytes.as_ptr() as *const c_char, bytes.len()) };
+        Owned { ctx, string }
+    }
+
+    pub fn from_i64(ctx: *mut raw::RedisModuleCtx, value: i64) -> Self {
+        let string = unsafe { api!(RedisModule_CreateStringFromLongLong)(ctx, value) };
+        Owned { ctx, string }
+    }
+
+    /// Takes ownership of a string the server handed over.
+    pub fn adopt(ctx: *mut raw::RedisModuleCtx, string: *mut raw::RedisModuleString) -> Self {
+        Owned { ctx, string }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        bytes_of(self.string)
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if !self.string.is_null() {
+            // SAFETY: created by this module (or handed over by the server,
+            // which transfers ownership) and freed exactly once.
+            unsafe { api!(RedisModule_FreeString)(self.ctx, self.string) };
+        }
+    }
+}
+
+/// The bytes of a RedisModuleString (valid while the string is).
+pub fn bytes_of<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
+    if string.is_null() {
+        return &[];
+    }
+    let mut len = 0usize;
+    // SAFETY: StringPtrLen returns a pointer to `len` bytes owned by `string`.
+    unsafe {
+        let data = api!(RedisModule_StringPtrLen)(string, &mut len);
+        std::slice::from_raw_parts(data as *const u8, len)
+    }
+}

@@ -1,0 +1,425 @@
+//! The sorted-set form of a window: [`Log`] over a Redis sorted set, and the
+//! effects it replicates.
+//!
+//! Layout (shared with the article's script and `src/lua/`): one sorted set per
+//! limited identity, score = admission time in ms, one member per unit of cost.
+//! Members are unique without any auxiliary key. With `s = t mod 10^11` (the
+//! stamp's last 11 digits: a cycle of 3.17 years), the `k`-th entry admitted at
+//! millisecond `t` is the integer `s * 1000 + k` while `k < 1000`, and
+//! `"{s}:{k:010}"` beyond. The integer has at most 14 digits: a listpack stores
+//! it as an 8-byte integer, and a skiplist's string of it fits the allocator's
+//! 16-byte class (a 16-digit one takes 24 bytes: 13% more memory per entry in
+//! large windows). Both forms sort by `k` among entries of equal score, so the
+//! last entry at `t` tells the next free `k` in O(log n). Every add uses NX,
+//! so a member that exists anyway is skipped, never overwritten: another
+//! writer's, or (only with a window over 3 years, or a `NOW` jumping by a
+//! multiple of the cycle) an entry of a stamp 10^11 ms away.
+//!
+//! Effects, not the command, are replicated: `ZREMRANGEBYSCORE key -inf cutoff`
+//! when the trim removed something, `ZADD key t m1 t m2 ...` with the exact
+//! members, and `PEXPIREAT key abs-ms`. Redis wraps them in MULTI/EXEC.
+
+use std::ffi::c_int;
+use std::ptr;
+
+use redis_module::raw;
+
+use super::{api, write_decimal, Changes, Key, Owned};
+use crate::window::Log;
+
+/// Largest `k` stored in the compact integer form of a member.
+const COMPACT_SLOTS: i64 = 1000;
+
+/// Stamps enter members modulo this (their last 11 digits), see the file docs.
+const STAMP_CYCLE_MS: i64 = 100_000_000_000;
+
+/// Expired members `trim` collects in its single pass over the range.
+const TRIM_BATCH: usize = 16;
+
+/// Score/member pairs per replicated `ZADD` when a whole window is written.
+const ZADD_BATCH: usize = 512;
+
+/// A window held in a sorted set, open for one call.
+pub struct ZsetLog {
+    pub key: Key,
+    pub changes: Changes,
+    /// Members added by `record`, for replication. The first is held
+    /// inline: an admission of cost 1 allocates nothing.
+    first_added: Option<Owned>,
+    more_added: Vec<Owned>,
+}
+
+impl ZsetLog {
+    pub fn new(key: Key) -> ZsetLog {
+        ZsetLog { key, changes: Changes::default(), first_added: None, more_added: Vec::new() }
+    }
+
+    fn ctx(&self) -> *mut raw::RedisModuleCtx {
+        self.key.ctx
+    }
+
+    /// Positions the range iterator on the first (or last) entry with a score
+    /// in the range; false if there is none.
+    fn seek(&self, min: f64, max: f64, min_exclusive: bool, first: bool) -> bool {
+        seek(&self.key, min, max, min_exclusive, first)
+    }
+
+    fn stop(&self) {
+        unsafe { api!(RedisModule_ZsetRangeStop)(self.key.raw) };
+    }
+
+    /// The member and score under the iterator. The member is freed by `Owned`.
+    fn current(&self) -> (Owned, f64) {
+        current(&self.key)
+    }
+
+    /// The next free `k` for a member at `now_ms`: one past the last entry
+    /// there in this module's format, or 0.
+    fn next_slot(&self, now_ms: i64) -> i64 {
+        let at = now_ms as f64;
+        if !self.seek(at, at, false, false) {
+            return 0;
+        }
+        let (member, _) = self.current();
+        self.stop();
+        member_slot(member.bytes(), now_ms).map_or(0, |k| k + 1)
+    }
+
+    /// Replicates the call's changes: `ZREMRANGEBYSCORE key -inf cutoff`
+    /// after a trim, `ZADD key t m1 t m2 ...` with the exact members added,
+    /// and `PEXPIREAT key ms` when the expiry is re-armed.
+    pub fn replicate_changes(&self, expire_at_ms: Option<i64>) {
+        let (ctx, name) = (self.ctx(), self.key.name);
+        let replicate = api!(RedisModule_Replicate);
+        // SAFETY: format strings match the arguments passed after them: "s" a
+        // RedisModuleString, "c" a C string, "l" a long long, "v" an array and
+        // its length. RedisModule_Replicate retains what it needs.
+        unsafe {
+            if self.changes.trimmed > 0 {
+                replicate(ctx, c"ZREMRANGEBYSCORE".as_ptr(), c"scl".as_ptr(), name, c"-inf".as_ptr(), self.changes.cutoff_ms as std::ffi::c_longlong);
+            }
+            if let Some(first) = &self.first_added {
+                let at_ms = self.changes.added_at_ms;
+                if self.more_added.is_empty() {
+                    // The common case, cost 1: no argument vector to build.
+                    replicate(ctx, c"ZADD".as_ptr(), c"sls".as_ptr(), name, at_ms as std::ffi::c_longlong, first.string);
+                } else {
+                    let members: Vec<&Owned> = std::iter::once(first).chain(&self.more_added).collect();
+                    replicate_zadd(&self.key, at_ms, &members);
+                }
+            }
+        }
+        if let Some(expire_at_ms) = expire_at_ms {
+            self.key.replicate_pexpireat(expire_at_ms);
+        }
+    }
+}
+
+/// Replicates `ZADD key at m1 at m2 ...` for `members`, all scored `at_ms`.
+fn replicate_zadd(key: &Key, at_ms: i64, members: &[&Owned]) {
+    let score = Owned::from_i64(key.ctx, at_ms);
+    let mut argv: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(members.len() * 2);
+    for member in members {
+        argv.push(score.string);
+        argv.push(member.string);
+    }
+    // SAFETY: "s" the key name, "v" an array of RedisModuleStrings and its length.
+    unsafe { api!(RedisModule_Replicate)(key.ctx, c"ZADD".as_ptr(), c"sv".as_ptr(), key.name, argv.as_ptr(), argv.len()) };
+}
+
+fn seek(key: &Key, min: f64, max: f64, min_exclusive: bool, first: bool) -> bool {
+    if key.is_empty() {
+        return false;
+    }
+    let seek = if first { api!(RedisModule_ZsetFirstInScoreRange) } else { api!(RedisModule_ZsetLastInScoreRange) };
+    // SAFETY: the key is an open, non-empty sorted set.
+    unsafe {
+        seek(key.raw, min, max, min_exclusive as c_int, 0) == raw::REDISMODULE_OK as c_int
+            && api!(RedisModule_ZsetRangeEndReached)(key.raw) == 0
+    }
+}
+
+fn current(key: &Key) -> (Owned, f64) {
+    let mut score = 0.0;
+    let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score) };
+    (Owned::adopt(key.ctx, member), score)
+}
+
+/// Every entry of the sorted set at `key` as runs `(stamp_ms, count)`,
+/// oldest first; refused if a score is not a stamp (0 to 2^53 - 1).
+pub fn read_runs(key: &Key) -> Result<Vec<(i64, u64)>, String> {
+    let mut runs: Vec<(i64, u64)> = Vec::new();
+    if !seek(key, f64::NEG_INFINITY, f64::INFINITY, false, true) {
+        return Ok(runs);
+    }
+    let result = loop {
+        let mut score = 0.0;
+        // SAFETY: the iterator is on an element; the member is freed at once.
+        let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score) };
+        drop(Owned::adopt(key.ctx, member));
+        if !(0.0..=crate::args::MAX_EXACT_MS as f64).contains(&score) {
+            break Err(format!("the sorted set holds a score ({score}) that is not a stamp from 0 to {}", crate::args::MAX_EXACT_MS));
+        }
+        let stamp_ms = score_ms(score);
+        match runs.last_mut() {
+            Some((last_ms, count)) if *last_ms == stamp_ms => *count += 1,
+            _ => runs.push((stamp_ms, 1)),
+        }
+        if unsafe { api!(RedisModule_ZsetRangeNext)(key.raw) } == 0 {
+            break Ok(runs);
+        }
+    };
+    unsafe { api!(RedisModule_ZsetRangeStop)(key.raw) };
+    result
+}
+
+/// Writes `runs` into the empty `key` as a sorted set, with this module's
+/// members (`k` = 0, 1, ... at each stamp), and replicates the `ZADD`s.
+pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
+    let mut buffer = [0u8; 48];
+    for &(stamp_ms, count) in runs {
+        let mut pending: Vec<Owned> = Vec::new();
+        for k in 0..count as i64 {
+            let member = Owned::from_bytes(key.ctx, format_member(&mut buffer, stamp_ms, k));
+            let mut flags = raw::REDISMODULE_ZADD_NX as c_int;
+            // SAFETY: the key is open for writing, empty or a sorted set.
+            unsafe { api!(RedisModule_ZsetAdd)(key.raw, stamp_ms as f64, member.string, &mut flags) };
+            pending.push(member);
+            if pending.len() == ZADD_BATCH {
+                replicate_zadd(key, stamp_ms, &pending.iter().collect::<Vec<_>>());
+                pending.clear();
+            }
+        }
+        if !pending.is_empty() {
+            replicate_zadd(key, stamp_ms, &pending.iter().collect::<Vec<_>>());
+        }
+    }
+}
+
+impl Log for ZsetLog {
+    fn len(&self) -> u64 {
+        unsafe { api!(RedisModule_ValueLength)(self.key.raw) as u64 }
+    }
+
+    fn count_expired(&self, cutoff_ms: i64) -> u64 {
+        if !self.seek(f64::NEG_INFINITY, cutoff_ms as f64, false, true) {
+            return 0;
+        }
+        let mut count = 1;
+        while unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } != 0 {
+            count += 1;
+        }
+        self.stop();
+        count
+    }
+
+    fn trim(&mut self, cutoff_ms: i64) -> u64 {
+        self.changes.cutoff_ms = cutoff_ms;
+        let cutoff = cutoff_ms as f64;
+        if !self.seek(f64::NEG_INFINITY, cutoff, false, true) {
+            return 0;
+        }
+        // One pass over the expired range collects up to TRIM_BATCH members
+        // (the API forbids removing while iterating); a steady window sheds
+        // one or two entries per call.
+        let mut expired: [Option<Owned>; TRIM_BATCH] = [const { None }; TRIM_BATCH];
+        let mut collected = 0;
+        let more = loop {
+            expired[collected] = Some(self.current().0);
+            collected += 1;
+            let next = unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } != 0;
+            if !next || collected == TRIM_BATCH {
+                break next;
+            }
+        };
+        self.stop();
+        if !more && collected as u64 == self.len() || more && !self.seek(cutoff, f64::INFINITY, true, true) {
+            // Nothing live left: drop the whole key at once.
+            self.changes.trimmed = self.len();
+            self.key.delete();
+            return self.changes.trimmed;
+        }
+        if more {
+            self.stop();
+        }
+        for member in expired.iter().flatten() {
+            unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
+        }
+        self.changes.trimmed = collected as u64;
+        // A long backlog (more than a batch expired at once): one at a time.
+        while more && self.seek(f64::NEG_INFINITY, cutoff, false, true) {
+            let (member, _) = self.current();
+            self.stop();
+            unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
+            self.changes.trimmed += 1;
+        }
+        self.changes.trimmed
+    }
+
+    fn nth_live(&self, cutoff_ms: i64, n: u64) -> Option<i64> {
+        if n == 0 || !self.seek(cutoff_ms as f64, f64::INFINITY, true, true) {
+            return None;
+        }
+        for _ in 1..n {
+            if unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } == 0 {
+                self.stop();
+                return None;
+            }
+        }
+        let (_, score) = self.current();
+        self.stop();
+        Some(score_ms(score))
+    }
+
+    fn newest(&self) -> Option<i64> {
+        if !self.seek(f64::NEG_INFINITY, f64::INFINITY, false, false) {
+            return None;
+        }
+        let (_, score) = self.current();
+        self.stop();
+        Some(score_ms(score))
+    }
+
+    fn record(&mut self, now_ms: i64, cost: u64) {
+        self.changes.added_at_ms = now_ms;
+        let mut slot = self.next_slot(now_ms);
+        let mut buffer = [0u8; 48];
+        let mut added = 0;
+        while added < cost {
+            let member = Owned::from_bytes(self.ctx(), format_member(&mut buffer, now_ms, slot));
+            slot += 1;
+            let mut flags = raw::REDISMODULE_ZADD_NX as c_int;
+            // SAFETY: the key is open for writing and is empty or a sorted set;
+            // the score is an integer below 2^53, never NaN.
+            let status = unsafe { api!(RedisModule_ZsetAdd)(self.key.raw, now_ms as f64, member.string, &mut flags) };
+            if status != raw::REDISMODULE_OK as c_int {
+                break;
+            }
+            // NOP: that member exists (another writer's); try the next slot.
+            if flags & raw::REDISMODULE_ZADD_ADDED as c_int != 0 {
+                match self.first_added {
+                    None => self.first_added = Some(member),
+                    Some(_) => {
+                        if self.more_added.is_empty() {
+                            self.more_added.reserve(cost as usize - 1);
+                        }
+                        self.more_added.push(member);
+                    }
+                }
+                added += 1;
+            }
+        }
+        self.changes.added += added;
+    }
+}
+
+/// A score as whole milliseconds. Entries written by this module or the script
+/// are integers; a fractional score from another writer rounds up, so waits
+/// are never reported shorter than they are.
+fn score_ms(score: f64) -> i64 {
+    score.ceil() as i64
+}
+
+/// Writes the member of slot `k` at `now_ms` into `buffer` (by hand: this
+/// runs on every admission, and `core::fmt` costs more than the rest of it).
+pub fn format_member(buffer: &mut [u8; 48], now_ms: i64, k: i64) -> &[u8] {
+    let stamp = now_ms.rem_euclid(STAMP_CYCLE_MS);
+    let len = if k < COMPACT_SLOTS {
+        write_decimal(&mut buffer[..], (stamp * COMPACT_SLOTS + k) as u64, 1)
+    } else {
+        let stamp = write_decimal(&mut buffer[..], stamp as u64, 1);
+        buffer[stamp] = b':';
+        stamp + 1 + write_decimal(&mut buffer[stamp + 1..], k as u64, 10)
+    };
+    &buffer[..len]
+}
+
+/// The slot `k` of a member written at `now_ms` by this module, if it is one.
+pub fn member_slot(member: &[u8], now_ms: i64) -> Option<i64> {
+    let stamp = now_ms.rem_euclid(STAMP_CYCLE_MS);
+    if let Some(colon) = member.iter().position(|&b| b == b':') {
+        let (head, slot) = (&member[..colon], &member[colon + 1..]);
+        if crate::args::parse_i64(head)? != stamp || slot.is_empty() || !slot.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        return std::str::from_utf8(slot).ok()?.parse().ok();
+    }
+    let value = crate::args::parse_i64(member)?;
+    (value >= 0 && value / COMPACT_SLOTS == stamp).then_some(value % COMPACT_SLOTS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(now_ms: i64, k: i64) -> String {
+        let mut buffer = [0u8; 48];
+        String::from_utf8(format_member(&mut buffer, now_ms, k).to_vec()).unwrap()
+    }
+
+    #[test]
+    fn members_round_trip() {
+        for now_ms in [0, 1, 999, 1_732_941_234_567, crate::args::MAX_EXACT_MS] {
+            for k in [0, 1, 998, 999, 1000, 1001, 123_456, 999_999_999] {
+                let text = member(now_ms, k);
+                assert_eq!(member_slot(text.as_bytes(), now_ms), Some(k), "{text}");
+                assert_eq!(member_slot(text.as_bytes(), now_ms + 1), None, "{text} is not of now+1");
+            }
+        }
+    }
+
+    #[test]
+    fn members_are_unique_across_stamps_and_slots() {
+        let mut seen = std::collections::HashSet::new();
+        let stamps = (0..50).chain(1_732_941_234_500..1_732_941_234_550).chain([99_999_999_999]);
+        for now_ms in stamps {
+            for k in (0..1005).chain([99_999, 100_000]) {
+                assert!(seen.insert(member(now_ms, k)), "duplicate at {now_ms}/{k}");
+            }
+        }
+    }
+
+    #[test]
+    fn members_sort_by_slot_within_a_stamp() {
+        let now_ms = 1_732_941_234_567;
+        let texts: Vec<String> = [0, 1, 10, 999, 1000, 1001, 9999, 10_000, 1_000_000].iter().map(|&k| member(now_ms, k)).collect();
+        let mut sorted = texts.clone();
+        sorted.sort();
+        assert_eq!(texts, sorted, "the last member at a score must carry the largest slot");
+    }
+
+    #[test]
+    fn the_scripts_members_are_not_ours() {
+        assert_eq!(member_slot(b"1000-5", 1000), None);
+        assert_eq!(member_slot(b"1000:", 1000), None);
+        assert_eq!(member_slot(b"-1000", 1000), None);
+    }
+
+    #[test]
+    fn members_are_the_stamps_last_11_digits_then_the_slot() {
+        for now_ms in [0, 1, 9, 10, 999, 99_999_999_999, 100_000_000_000, 1_732_941_234_567, crate::args::MAX_EXACT_MS] {
+            let stamp = now_ms % 100_000_000_000;
+            for k in [0, 1, 9, 10, 999, 1000, 1001, 123_456, 999_999_999, 1_000_000_000, 12_345_678_901] {
+                let expected = if k < 1000 { format!("{}", stamp * 1000 + k) } else { format!("{stamp}:{k:010}") };
+                assert_eq!(member(now_ms, k), expected);
+            }
+        }
+    }
+
+    #[test]
+    fn stamps_a_cycle_apart_share_members_and_nx_tells_them_apart() {
+        // The price of 14 digits: the same member 10^11 ms (3.17 years) later.
+        // Both can only be live together with a window over 3 years (or NOW
+        // jumping by the cycle); ZADD NX then skips to the next free slot.
+        assert_eq!(member(1, 5), member(100_000_000_001, 5));
+        assert_eq!(member_slot(member(1, 5).as_bytes(), 100_000_000_001), Some(5));
+    }
+
+    #[test]
+    fn compact_members_have_at_most_14_digits() {
+        assert_eq!(member(1_732_941_234_567, 7), "32941234567007");
+        for now_ms in [99_999_999_999, 1_799_999_999_999, crate::args::MAX_EXACT_MS] {
+            assert!(member(now_ms, 999).len() <= 14, "{}", member(now_ms, 999));
+        }
+    }
+}
