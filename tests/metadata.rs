@@ -350,14 +350,14 @@ fn out_of_range_settings_refuse_the_load() {
         (&["MAX-LIMIT", "ten"], "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000"),
         (&["MAX-LIMIT"], "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000"),
         (&["MAX-LIMIT", "5", "MAX-LIMIT", "6"], "xcloak: refusing to load: MAX-LIMIT is given more than once"),
-        (&["LIMIT", "5"], "xcloak: refusing to load: unknown load argument 'LIMIT' (expected MAX-LIMIT n)"),
+        (&["LIMIT", "5"], "xcloak: refusing to load: unknown load argument 'LIMIT' (expected MAX-LIMIT n or STORAGE zset|compact)"),
     ] {
         let log = ServerConfig::default().module_args(args).start_expecting_exit();
         assert!(log.contains(message), "{args:?}: no {message:?} in\n{log}");
     }
     if at_least_7_0() {
         let log = ServerConfig::default().arg("xcloak.max-limit", "0").start_expecting_exit();
-        let message = "xcloak: refusing to load: xcloak.max-limit from the configuration is invalid";
+        let message = "xcloak: refusing to load: xcloak.max-limit or xcloak.storage from the configuration is invalid";
         assert!(log.contains(message), "no {message:?} in\n{log}");
     }
 }
