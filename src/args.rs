@@ -4,6 +4,13 @@
 //! then digits with no leading zero, no spaces, no `+`, no decimals, no hex, no
 //! exponent, no overflow. Every error names the argument and its valid range,
 //! and parsing happens before any key is touched, so a bad call changes nothing.
+//!
+//! A call may limit several windows at once: the positional `window limit` is
+//! tier 0, and each `TIER window limit` adds the next one (up to
+//! [`MAX_TIERS`] in all). They are parsed into one list, [`Tiers`], that the
+//! window logic walks; nothing downstream treats tier 0 apart.
+
+use std::fmt;
 
 /// Largest integer a sorted-set score (an IEEE double) holds exactly: 2^53 - 1.
 pub const MAX_EXACT_MS: i64 = 9_007_199_254_740_991;
@@ -13,6 +20,8 @@ pub const DEFAULT_MAX_LIMIT: i64 = 1_000_000;
 pub const MAX_COST: i64 = 1_000_000;
 /// Largest value `MAX-LIMIT` may be configured to.
 pub const MAX_LIMIT_CEILING: i64 = 1_000_000_000;
+/// Most tiers in one call: the positional pair and up to 15 `TIER`s.
+pub const MAX_TIERS: usize = 16;
 
 /// A storage form of a window, by name: `STORAGE zset|compact` at load,
 /// `xcloak.storage`, and `XCLOAK.CONVERT key ZSET|COMPACT` (any case).
@@ -58,11 +67,79 @@ pub enum Command {
     Peek,
 }
 
+/// One window and its limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tier {
+    pub window_ms: i64,
+    pub limit: i64,
+}
+
+/// The tiers of a call, in the order given (tier 0 is the positional pair).
+/// A fixed array: parsing a call allocates nothing.
+#[derive(Clone, Copy)]
+pub struct Tiers {
+    items: [Tier; MAX_TIERS],
+    len: usize,
+}
+
+impl Tiers {
+    /// The single tier of a call without `TIER`.
+    pub fn one(tier: Tier) -> Tiers {
+        let mut items = [Tier::default(); MAX_TIERS];
+        items[0] = tier;
+        Tiers { items, len: 1 }
+    }
+
+    /// Adds a tier; false when the list is full.
+    pub fn push(&mut self, tier: Tier) -> bool {
+        if self.len == MAX_TIERS {
+            return false;
+        }
+        self.items[self.len] = tier;
+        self.len += 1;
+        true
+    }
+
+    pub fn as_slice(&self) -> &[Tier] {
+        &self.items[..self.len]
+    }
+
+    /// Whether `TIER` was given: the replies then carry the per-tier array.
+    pub fn is_tiered(&self) -> bool {
+        self.len > 1
+    }
+
+    /// The longest window: what is trimmed, and what the TTL follows.
+    pub fn longest_window_ms(&self) -> i64 {
+        self.as_slice().iter().map(|tier| tier.window_ms).max().unwrap_or(0)
+    }
+}
+
+impl std::ops::Deref for Tiers {
+    type Target = [Tier];
+    fn deref(&self) -> &[Tier] {
+        self.as_slice()
+    }
+}
+
+impl PartialEq for Tiers {
+    fn eq(&self, other: &Tiers) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Tiers {}
+
+impl fmt::Debug for Tiers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
 /// A fully validated call. `now_ms` is `None` when the server clock is to be used.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
-    pub window_ms: i64,
-    pub limit: i64,
+    pub tiers: Tiers,
     pub cost: i64,
     pub now_ms: Option<i64>,
     pub details: bool,
@@ -81,56 +158,83 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
     if argv.len() < 4 {
         return Err(ArgError::Arity);
     }
-    let window_ms = parse_in_range(argv[2], "window", 1, MAX_EXACT_MS, " (milliseconds)")?;
-    let limit = parse_in_range(argv[3], "limit", 0, max_limit, "")?;
-    let mut request = Request { window_ms, limit, cost: 1, now_ms: None, details: false };
+    let first = parse_tier(argv[2], argv[3], max_limit, 0)?;
+    let mut request = Request { tiers: Tiers::one(first), cost: 1, now_ms: None, details: false };
 
     let (mut seen_cost, mut seen_now) = (false, false);
     let mut rest = argv[4..].iter();
     while let Some(option) = rest.next() {
-        let name = Option_::from_bytes(option, command)
+        let keyword = Keyword::from_bytes(option, command)
             .ok_or_else(|| unknown_option(option, command))?;
-        let seen = match name {
-            Option_::Cost => &mut seen_cost,
-            Option_::Now => &mut seen_now,
-            Option_::Details => &mut request.details,
+        let seen = match keyword {
+            Keyword::Tier => {
+                let (Some(window), Some(limit)) = (rest.next(), rest.next()) else {
+                    return Err(invalid("syntax error, TIER needs a window and a limit".to_string()));
+                };
+                let tier = parse_tier(window, limit, max_limit, request.tiers.len())?;
+                if !request.tiers.push(tier) {
+                    return Err(invalid(format!(
+                        "syntax error, TIER is given more than {} times (at most {MAX_TIERS} tiers in all)",
+                        MAX_TIERS - 1
+                    )));
+                }
+                continue;
+            }
+            Keyword::Cost => &mut seen_cost,
+            Keyword::Now => &mut seen_now,
+            Keyword::Details => &mut request.details,
         };
         if *seen {
-            return Err(invalid(format!("syntax error, {} is given more than once", name.label())));
+            return Err(invalid(format!("syntax error, {} is given more than once", keyword.label())));
         }
         *seen = true;
         let mut value = || {
             rest.next().copied().ok_or_else(|| {
-                invalid(format!("syntax error, {} needs a value", name.label()))
+                invalid(format!("syntax error, {} needs a value", keyword.label()))
             })
         };
-        match name {
-            Option_::Cost => request.cost = parse_in_range(value()?, "COST", 1, MAX_COST, "")?,
-            Option_::Now => {
+        match keyword {
+            Keyword::Cost => request.cost = parse_in_range(value()?, "COST", 1, MAX_COST, "")?,
+            Keyword::Now => {
                 request.now_ms =
                     Some(parse_in_range(value()?, "NOW", 0, MAX_EXACT_MS, " (unix time in milliseconds)")?)
             }
-            Option_::Details => {}
+            Keyword::Details | Keyword::Tier => {}
         }
     }
     Ok(request)
 }
 
+/// The `window limit` pair of tier `number`. Errors name the tier (`window of
+/// TIER 2 ...`), except tier 0's, which are those of a call without `TIER`.
+fn parse_tier(window: &[u8], limit: &[u8], max_limit: i64, number: usize) -> Result<Tier, ArgError> {
+    // Built on the error path only: a valid call allocates nothing.
+    let name = |argument: &str| if number == 0 { argument.to_string() } else { format!("{argument} of TIER {number}") };
+    let window_ms = in_range(window, 1, MAX_EXACT_MS)
+        .ok_or_else(|| range_error(&name("window"), 1, MAX_EXACT_MS, " (milliseconds)"))?;
+    let limit = in_range(limit, 0, max_limit).ok_or_else(|| range_error(&name("limit"), 0, max_limit, ""))?;
+    Ok(Tier { window_ms, limit })
+}
+
+/// An option word.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Option_ {
+enum Keyword {
+    Tier,
     Cost,
     Now,
     Details,
 }
 
-impl Option_ {
+impl Keyword {
     fn from_bytes(bytes: &[u8], command: Command) -> Option<Self> {
-        if bytes.eq_ignore_ascii_case(b"COST") {
-            Some(Option_::Cost)
+        if bytes.eq_ignore_ascii_case(b"TIER") {
+            Some(Keyword::Tier)
+        } else if bytes.eq_ignore_ascii_case(b"COST") {
+            Some(Keyword::Cost)
         } else if bytes.eq_ignore_ascii_case(b"NOW") {
-            Some(Option_::Now)
+            Some(Keyword::Now)
         } else if bytes.eq_ignore_ascii_case(b"DETAILS") && command == Command::Allow {
-            Some(Option_::Details)
+            Some(Keyword::Details)
         } else {
             None
         }
@@ -138,9 +242,10 @@ impl Option_ {
 
     fn label(self) -> &'static str {
         match self {
-            Option_::Cost => "COST",
-            Option_::Now => "NOW",
-            Option_::Details => "DETAILS",
+            Keyword::Tier => "TIER",
+            Keyword::Cost => "COST",
+            Keyword::Now => "NOW",
+            Keyword::Details => "DETAILS",
         }
     }
 }
@@ -151,8 +256,8 @@ fn invalid(message: String) -> ArgError {
 
 fn unknown_option(option: &[u8], command: Command) -> ArgError {
     let expected = match command {
-        Command::Allow => "COST, NOW or DETAILS",
-        Command::Peek => "COST or NOW",
+        Command::Allow => "TIER, COST, NOW or DETAILS",
+        Command::Peek => "TIER, COST or NOW",
     };
     invalid(format!("syntax error, unknown option '{}' (expected {expected})", printable(option)))
 }
@@ -163,10 +268,12 @@ pub fn range_error(name: &str, min: i64, max: i64, unit: &str) -> ArgError {
 }
 
 fn parse_in_range(bytes: &[u8], name: &str, min: i64, max: i64, unit: &str) -> Result<i64, ArgError> {
-    match parse_i64(bytes) {
-        Some(value) if (min..=max).contains(&value) => Ok(value),
-        _ => Err(range_error(name, min, max, unit)),
-    }
+    in_range(bytes, min, max).ok_or_else(|| range_error(name, min, max, unit))
+}
+
+/// The integer in `bytes` if it is one and lies in `min..=max`.
+fn in_range(bytes: &[u8], min: i64, max: i64) -> Option<i64> {
+    parse_i64(bytes).filter(|value| (min..=max).contains(value))
 }
 
 /// Parses an integer exactly as Redis' `string2ll` accepts it.
@@ -249,8 +356,9 @@ mod tests {
         let request = run(Command::Allow, "XCLOAK.ALLOW k 1000 10").unwrap();
         assert_eq!(
             request,
-            Request { window_ms: 1000, limit: 10, cost: 1, now_ms: None, details: false }
+            Request { tiers: Tiers::one(Tier { window_ms: 1000, limit: 10 }), cost: 1, now_ms: None, details: false }
         );
+        assert!(!request.tiers.is_tiered());
     }
 
     #[test]
@@ -292,7 +400,60 @@ mod tests {
         assert!(error_text(Command::Allow, "X k 1 1 NOW 1 now 2").contains("NOW is given more than once"));
         assert!(error_text(Command::Allow, "X k 1 1 DETAILS DETAILS").contains("more than once"));
         assert!(error_text(Command::Allow, "X k 1 1 FOO").contains("unknown option 'FOO'"));
-        assert!(error_text(Command::Peek, "X k 1 1 DETAILS").contains("expected COST or NOW"));
+        assert!(error_text(Command::Peek, "X k 1 1 DETAILS").contains("expected TIER, COST or NOW"));
+        assert!(error_text(Command::Allow, "X k 1 1 FOO").contains("expected TIER, COST, NOW or DETAILS"));
+    }
+
+    fn tiers(request: &Request) -> Vec<(i64, i64)> {
+        request.tiers.iter().map(|t| (t.window_ms, t.limit)).collect()
+    }
+
+    #[test]
+    fn tiers_in_order_given_anywhere_among_the_options() {
+        let a = run(Command::Allow, "X k 1000 10 TIER 60000 100 COST 2 tier 5 1 DETAILS").unwrap();
+        let b = run(Command::Allow, "X k 1000 10 COST 2 TIER 60000 100 DETAILS TIER 5 1").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(tiers(&a), [(1000, 10), (60000, 100), (5, 1)]);
+        assert!(a.tiers.is_tiered());
+        assert_eq!(a.tiers.longest_window_ms(), 60000);
+        assert_eq!((a.cost, a.details), (2, true));
+        // The same tier twice is allowed (it changes nothing).
+        assert_eq!(tiers(&run(Command::Peek, "X k 5 1 TIER 5 1").unwrap()), [(5, 1), (5, 1)]);
+    }
+
+    #[test]
+    fn at_most_sixteen_tiers() {
+        let fifteen = " TIER 2 2".repeat(15);
+        let request = run(Command::Peek, &format!("X k 1 1{fifteen}")).unwrap();
+        assert_eq!(request.tiers.len(), MAX_TIERS);
+        assert_eq!(
+            error_text(Command::Peek, &format!("X k 1 1{fifteen} TIER 3 3")),
+            "syntax error, TIER is given more than 15 times (at most 16 tiers in all)"
+        );
+    }
+
+    #[test]
+    fn tier_errors_name_the_tier_and_the_range() {
+        assert_eq!(
+            error_text(Command::Allow, "X k 1 1 TIER 0 5"),
+            "window of TIER 1 must be an integer from 1 to 9007199254740991 (milliseconds)"
+        );
+        assert_eq!(
+            error_text(Command::Allow, "X k 1 1 TIER 10 5 TIER 10 -1"),
+            "limit of TIER 2 must be an integer from 0 to 1000000"
+        );
+        assert_eq!(error_text(Command::Allow, "X k 1 1 TIER 10"), "syntax error, TIER needs a window and a limit");
+        assert_eq!(error_text(Command::Peek, "X k 1 1 TIER"), "syntax error, TIER needs a window and a limit");
+        // An option word in a value's place is read as the value.
+        assert_eq!(
+            error_text(Command::Allow, "X k 1 1 TIER 10 COST 2"),
+            "limit of TIER 1 must be an integer from 0 to 1000000"
+        );
+        // Tier 0 keeps the texts of a call without TIER.
+        assert_eq!(error_text(Command::Allow, "X k 0 1 TIER 10 5"), "window must be an integer from 1 to 9007199254740991 (milliseconds)");
+        let owned = args("X k 10 5 TIER 20 51");
+        let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        assert_eq!(parse(Command::Allow, &argv, 50), Err(ArgError::Invalid("limit of TIER 1 must be an integer from 0 to 50".into())));
     }
 
     #[test]

@@ -25,15 +25,16 @@ pub static REJECTED: AtomicU64 = AtomicU64::new(0);
 pub static PEEKS: AtomicU64 = AtomicU64::new(0);
 pub static ERRORS: AtomicU64 = AtomicU64::new(0);
 pub static CONVERTED: AtomicU64 = AtomicU64::new(0);
-/// The most arguments a valid call has: name key window limit COST c NOW t DETAILS.
-const MAX_VALID_ARGC: usize = 9;
+/// The most arguments a valid call has: name key window limit, 15 times
+/// TIER window limit, COST c NOW t DETAILS.
+const MAX_VALID_ARGC: usize = 4 + (args::MAX_TIERS - 1) * 3 + 5;
 
-/// `XCLOAK.ALLOW key window limit [COST cost] [NOW unix-ms] [DETAILS]`
+/// `XCLOAK.ALLOW key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [DETAILS]`
 pub extern "C" fn allow(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     guarded(ctx, || execute(ctx, argv, argc, Command::Allow))
 }
 
-/// `XCLOAK.PEEK key window limit [COST cost] [NOW unix-ms]`
+/// `XCLOAK.PEEK key window limit [TIER window limit]... [COST cost] [NOW unix-ms]`
 pub extern "C" fn peek(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     guarded(ctx, || execute(ctx, argv, argc, Command::Peek))
 }
@@ -170,12 +171,12 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
     match command {
         Command::Allow => {
             let decision = window::allow(&mut key, &request, now_ms, request.details);
-            key.commit(server_ms, request.window_ms + TTL_MARGIN_MS);
+            key.commit(server_ms, request.tiers.longest_window_ms() + TTL_MARGIN_MS);
             drop(key);
             let counter = if decision.allowed { &ADMITTED } else { &REJECTED };
             counter.fetch_add(1, Relaxed);
             if request.details {
-                reply_details(ctx, &decision);
+                reply_details(ctx, &decision, request.tiers.is_tiered());
             } else {
                 unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, decision.allowed as i64) };
             }
@@ -184,24 +185,37 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
             let decision = window::peek(&key, &request, now_ms);
             drop(key);
             PEEKS.fetch_add(1, Relaxed);
-            reply_details(ctx, &decision);
+            reply_details(ctx, &decision, request.tiers.is_tiered());
         }
     }
 }
 
-/// The five-integer reply: allowed, limit, remaining, retry_after_ms, reset_after_ms.
-fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision) {
+/// The details reply: allowed, then the binding tier's limit, remaining,
+/// retry_after_ms, reset_after_ms; with `TIER`, a sixth element holding
+/// `[window, limit, remaining, retry_after_ms, reset_after_ms]` per tier.
+fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: bool) {
+    let binding = decision.binding();
     let fields = [
         decision.allowed as i64,
-        decision.limit,
-        decision.remaining,
-        decision.retry_after_ms,
-        decision.reset_after_ms,
+        binding.limit,
+        binding.remaining,
+        binding.retry_after_ms,
+        binding.reset_after_ms,
     ];
     unsafe {
-        api!(RedisModule_ReplyWithArray)(ctx, fields.len() as _);
+        api!(RedisModule_ReplyWithArray)(ctx, (fields.len() + tiered as usize) as _);
         for field in fields {
             api!(RedisModule_ReplyWithLongLong)(ctx, field);
+        }
+        if tiered {
+            api!(RedisModule_ReplyWithArray)(ctx, decision.tiers().len() as _);
+            for tier in decision.tiers() {
+                let fields = [tier.window_ms, tier.limit, tier.remaining, tier.retry_after_ms, tier.reset_after_ms];
+                api!(RedisModule_ReplyWithArray)(ctx, fields.len() as _);
+                for field in fields {
+                    api!(RedisModule_ReplyWithLongLong)(ctx, field);
+                }
+            }
         }
     }
 }

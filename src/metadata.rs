@@ -43,6 +43,17 @@ pub struct Arg {
     pub token: Option<&'static CStr>,
     pub summary: &'static CStr,
     pub optional: bool,
+    /// May be given several times, each with its token (`TIER w l TIER w l`).
+    pub repeats: bool,
+    /// The arguments inside a block (`Kind::Block`), empty otherwise.
+    pub block: &'static [Arg],
+}
+
+impl Arg {
+    /// A required argument with no token, no repeat, no block (the base of the constants below).
+    const fn plain(name: &'static CStr, kind: Kind, summary: &'static CStr) -> Arg {
+        Arg { name, kind, token: None, summary, optional: false, repeats: false, block: &[] }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -52,6 +63,7 @@ pub enum Kind {
     Integer,
     UnixTime,
     PureToken,
+    Block,
 }
 
 impl Kind {
@@ -62,77 +74,81 @@ impl Kind {
             Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
             Kind::UnixTime => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_UNIX_TIME,
             Kind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+            Kind::Block => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
         }
     }
 }
 
-const KEY: Arg = Arg {
-    name: c"key",
-    kind: Kind::Key,
-    token: None,
-    summary: c"The window's log (one per client identity): a sorted set, or the compact type xcloaklog.",
-    optional: false,
-};
-const WINDOW: Arg = Arg {
-    name: c"window",
-    kind: Kind::Integer,
-    token: None,
-    summary: c"Window length in milliseconds, 1 to 9007199254740991.",
-    optional: false,
-};
-const LIMIT: Arg = Arg {
-    name: c"limit",
-    kind: Kind::Integer,
-    token: None,
-    summary: c"Most units admitted per window, 0 to xcloak.max-limit (default 1000000).",
-    optional: false,
+const KEY: Arg = Arg::plain(c"key", Kind::Key, c"The window's log (one per client identity): a sorted set, or the compact type xcloaklog.");
+const WINDOW: Arg = Arg::plain(c"window", Kind::Integer, c"Window length in milliseconds, 1 to 9007199254740991.");
+const LIMIT: Arg =
+    Arg::plain(c"limit", Kind::Integer, c"Most units admitted per window, 0 to xcloak.max-limit (default 1000000).");
+const TIER: Arg = Arg {
+    token: Some(c"TIER"),
+    optional: true,
+    repeats: true,
+    block: &[
+        Arg::plain(c"window", Kind::Integer, c"This tier's window in milliseconds, 1 to 9007199254740991."),
+        Arg::plain(c"limit", Kind::Integer, c"This tier's limit, 0 to xcloak.max-limit."),
+    ],
+    ..Arg::plain(
+        c"tier",
+        Kind::Block,
+        c"Another window and limit checked in the same call, up to 15 times: admitted only if every tier has room.",
+    )
 };
 const COST: Arg = Arg {
-    name: c"cost",
-    kind: Kind::Integer,
     token: Some(c"COST"),
-    summary: c"Units this request consumes, 1 to 1000000 (default 1); all or nothing.",
     optional: true,
+    ..Arg::plain(c"cost", Kind::Integer, c"Units this request consumes, 1 to 1000000 (default 1); all or nothing.")
 };
 const NOW: Arg = Arg {
-    name: c"unix-time-milliseconds",
-    kind: Kind::UnixTime,
     token: Some(c"NOW"),
-    summary: c"The caller's clock in unix milliseconds, 0 to 9007199254740991 (default: the server's).",
     optional: true,
+    ..Arg::plain(
+        c"unix-time-milliseconds",
+        Kind::UnixTime,
+        c"The caller's clock in unix milliseconds, 0 to 9007199254740991 (default: the server's).",
+    )
 };
 const DETAILS: Arg = Arg {
-    name: c"details",
-    kind: Kind::PureToken,
     token: Some(c"DETAILS"),
-    summary: c"Reply [allowed, limit, remaining, retry_after_ms, reset_after_ms] instead of 1/0.",
     optional: true,
+    ..Arg::plain(
+        c"details",
+        Kind::PureToken,
+        c"Reply [allowed, limit, remaining, retry_after_ms, reset_after_ms] instead of 1/0, with a sixth element, \
+the per-tier array, when TIER is given.",
+    )
 };
 
 pub const ALLOW: CommandDoc = CommandDoc {
     name: c"xcloak.allow",
-    summary: c"Admits a request of COST units if the sliding window has room, and records it. \
-Replies 1/0, or with DETAILS [allowed, limit, remaining, retry_after_ms, reset_after_ms].",
+    summary: c"Admits a request of COST units if the sliding window (and every TIER) has room, and records it \
+once. Replies 1/0, or with DETAILS [allowed, limit, remaining, retry_after_ms, reset_after_ms], plus the \
+per-tier array when TIER is given.",
     complexity: c"O(log(N) + (M + C)*log(N)) with N the entries in the key, M the entries that \
-expired (removed) and C the cost; DETAILS adds O(K), K <= N the entries older than the one whose departure makes room.",
+expired (removed) and C the cost; each TIER shorter than the longest window adds O(log(N) + E), E the entries \
+older than its window; DETAILS adds O(K) per tier, K <= N the entries older than the one whose departure makes room.",
     tips: Some(c"nondeterministic_output"),
     arity: -4,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
     acl_categories: c"write fast",
-    args: &[KEY, WINDOW, LIMIT, COST, NOW, DETAILS],
+    args: &[KEY, WINDOW, LIMIT, TIER, COST, NOW, DETAILS],
 };
 
 pub const PEEK: CommandDoc = CommandDoc {
     name: c"xcloak.peek",
     summary: c"Replies what XCLOAK.ALLOW would decide now, writing nothing: \
-[allowed, limit, remaining, retry_after_ms, reset_after_ms].",
+[allowed, limit, remaining, retry_after_ms, reset_after_ms], plus the per-tier array when TIER is given.",
     complexity: c"O(log(N) + M + K) with N the entries in the key, M the entries that expired \
-(counted, not removed) and K <= N the entries older than the one whose departure makes room.",
+(counted, not removed) and K <= N the entries older than the one whose departure makes room; each TIER adds \
+as much.",
     tips: Some(c"nondeterministic_output"),
     arity: -4,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     acl_categories: c"read fast",
-    args: &[KEY, WINDOW, LIMIT, COST, NOW],
+    args: &[KEY, WINDOW, LIMIT, TIER, COST, NOW],
 };
 
 pub const CONVERT: CommandDoc = CommandDoc {
@@ -146,13 +162,11 @@ compact type), keeping every entry and the TTL. Replies 1 if converted, 0 if the
     acl_categories: c"write slow",
     args: &[
         KEY,
-        Arg {
-            name: c"target",
-            kind: Kind::String,
-            token: None,
-            summary: c"ZSET or COMPACT (COMPACT needs the module loaded with STORAGE compact).",
-            optional: false,
-        },
+        Arg::plain(
+            c"target",
+            Kind::String,
+            c"ZSET or COMPACT (COMPACT needs the module loaded with STORAGE compact).",
+        ),
     ],
 };
 
@@ -237,23 +251,7 @@ fn command_info(doc: &CommandDoc) -> raw::RedisModuleCommandInfo {
     key_spec.fk.range.limit = 0;
     let key_specs = leak_terminated(vec![key_spec]);
 
-    let args = doc
-        .args
-        .iter()
-        .map(|arg| raw::RedisModuleCommandArg {
-            name: arg.name.as_ptr(),
-            type_: arg.kind.raw(),
-            key_spec_index: if matches!(arg.kind, Kind::Key) { 0 } else { -1 },
-            token: arg.token.map_or(ptr::null(), CStr::as_ptr),
-            summary: arg.summary.as_ptr(),
-            since: ptr::null(),
-            flags: if arg.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int } else { 0 },
-            deprecated_since: ptr::null(),
-            subargs: ptr::null_mut(),
-            display_text: ptr::null(),
-        })
-        .collect();
-    let args = leak_terminated(args);
+    let args = leak_args(doc.args);
 
     raw::RedisModuleCommandInfo {
         version: &INFO_VERSION,
@@ -266,6 +264,36 @@ fn command_info(doc: &CommandDoc) -> raw::RedisModuleCommandInfo {
         key_specs,
         args,
     }
+}
+
+/// The server's form of `args` (and of the arguments of their blocks),
+/// leaked and terminated.
+fn leak_args(args: &[Arg]) -> *mut raw::RedisModuleCommandArg {
+    let args = args
+        .iter()
+        .map(|arg| {
+            let mut flags = 0;
+            if arg.optional {
+                flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
+            }
+            if arg.repeats {
+                flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE | raw::REDISMODULE_CMD_ARG_MULTIPLE_TOKEN;
+            }
+            raw::RedisModuleCommandArg {
+                name: arg.name.as_ptr(),
+                type_: arg.kind.raw(),
+                key_spec_index: if matches!(arg.kind, Kind::Key) { 0 } else { -1 },
+                token: arg.token.map_or(ptr::null(), CStr::as_ptr),
+                summary: arg.summary.as_ptr(),
+                since: ptr::null(),
+                flags: flags as c_int,
+                deprecated_since: ptr::null(),
+                subargs: if arg.block.is_empty() { ptr::null_mut() } else { leak_args(arg.block) },
+                display_text: ptr::null(),
+            }
+        })
+        .collect();
+    leak_terminated(args)
 }
 
 /// Leaks `items` followed by an all-zero terminator; returns the first element.

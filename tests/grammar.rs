@@ -1,15 +1,16 @@
 //! The option grammar, through a real server:
-//! `XCLOAK.ALLOW key window limit [COST cost] [NOW unix-ms] [DETAILS]` and
-//! `XCLOAK.PEEK key window limit [COST cost] [NOW unix-ms]`.
+//! `XCLOAK.ALLOW key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [DETAILS]`
+//! and `XCLOAK.PEEK key window limit [TIER window limit]... [COST cost] [NOW unix-ms]`.
 //!
-//! Options in any order and any case, each at most once; every mistake is an
-//! `ERR` naming the problem, and changes no data (`DEBUG DIGEST`). Replies are
-//! identical under RESP2 and RESP3.
+//! Options in any order and any case, each at most once except TIER (up to 15
+//! times); every mistake is an `ERR` naming the problem (and the tier), and
+//! changes no data (`DEBUG DIGEST`). Replies are identical under RESP2 and RESP3.
 //!
 //! What would fail: an order-dependent parser, a repeat silently taking the
 //! last value, an option consuming the next option as its value, DETAILS
-//! accepted by PEEK, a vague error, a write before validation, a reply shaped
-//! differently in RESP3 (a map, a boolean, a double).
+//! accepted by PEEK, a vague error, a TIER error that does not say which tier,
+//! a 17th tier accepted, a write before validation, a reply shaped differently
+//! in RESP3 (a map, a boolean, a double).
 
 mod common;
 use common::*;
@@ -60,6 +61,15 @@ fn words(text: &str) -> Vec<String> {
     text.split(' ').map(str::to_string).collect()
 }
 
+/// A details reply with `TIER`: the five integers and the per-tier array.
+fn five_and_tiers(reply: &Value) -> ([i64; 5], Vec<[i64; 5]>) {
+    let Value::Array(items) = reply else { panic!("not an array: {reply:?}") };
+    assert_eq!(items.len(), 6, "{reply:?}");
+    let five: Vec<i64> = redis::from_redis_value(&Value::Array(items[..5].to_vec())).unwrap();
+    let tiers: Vec<Vec<i64>> = redis::from_redis_value(&items[5]).unwrap();
+    (five.try_into().unwrap(), tiers.into_iter().map(|t| t.try_into().unwrap()).collect())
+}
+
 /// Every subset of the options, in every order, with mixed case, gives the
 /// reply of the canonical order on an identical key.
 #[test]
@@ -67,7 +77,7 @@ fn options_in_every_order_and_case() {
     let server = Server::start();
     let mut conn = server.client();
     for command in ["XCLOAK.ALLOW", "XCLOAK.PEEK"] {
-        let mut options = vec![words("COST 2"), words(&format!("NOW {}", NOW + 500))];
+        let mut options = vec![words("COST 2"), words(&format!("NOW {}", NOW + 500)), words("TIER 60000 10")];
         if command == "XCLOAK.ALLOW" {
             options.push(words("DETAILS"));
         }
@@ -100,24 +110,33 @@ fn options_in_every_order_and_case() {
                 let has = |name: &str| subset.iter().any(|o| o[0] == name);
                 let cost = if has("COST") { 2 } else { 1 };
                 let live = if has("NOW") { 3 } else { 0 };
-                let (expected_card, expected) = if command == "XCLOAK.ALLOW" {
+                // The second tier (TIER 60000 10) has more room: tier 0 binds.
+                let (expected_card, expected, second) = if command == "XCLOAK.ALLOW" {
                     // ALLOW trims what expired, then records `cost` entries.
-                    (live + cost, [1, 5, 5 - live - cost, 0, 1000])
+                    (live + cost, [1, 5, 5 - live - cost, 0, 1000], [60000, 10, 10 - live - cost, 0, 60000])
                 } else {
                     // PEEK keeps everything and records nothing.
-                    (3, [1, 5, 5 - live, 0, if has("NOW") { 500 } else { 0 }])
+                    let reset_after = |window: i64| if has("NOW") { window - 500 } else { 0 };
+                    (3, [1, 5, 5 - live, 0, reset_after(1000)], [60000, 10, 10 - live, 0, reset_after(60000)])
                 };
                 let card: i64 = redis::cmd("ZCARD").arg(&key).query(&mut conn).unwrap();
                 assert_eq!(card, expected_card, "{line:?}");
                 if has("DETAILS") || command == "XCLOAK.PEEK" {
-                    let fields: Vec<i64> = redis::from_redis_value(&reply).unwrap();
-                    assert_eq!(fields, expected, "{line:?}");
+                    if has("TIER") {
+                        let (fields, tiers): ([i64; 5], Vec<[i64; 5]>) = five_and_tiers(&reply);
+                        assert_eq!(fields, expected, "{line:?}");
+                        let first = [1000, expected[1], expected[2], expected[3], expected[4]];
+                        assert_eq!(tiers, [first, second], "{line:?}");
+                    } else {
+                        let fields: Vec<i64> = redis::from_redis_value(&reply).unwrap();
+                        assert_eq!(fields, expected, "{line:?}");
+                    }
                 } else {
                     assert_eq!(reply, Value::Int(1), "{line:?}");
                 }
             }
         }
-        assert_eq!(case, if command == "XCLOAK.ALLOW" { 16 } else { 5 }, "orders tried");
+        assert_eq!(case, if command == "XCLOAK.ALLOW" { 65 } else { 16 }, "orders tried");
     }
 }
 
@@ -125,8 +144,9 @@ const COST_RANGE: &str = "ERR COST must be an integer from 1 to 1000000";
 const NOW_RANGE: &str = "ERR NOW must be an integer from 0 to 9007199254740991 (unix time in milliseconds)";
 const WINDOW_RANGE: &str = "ERR window must be an integer from 1 to 9007199254740991 (milliseconds)";
 const LIMIT_RANGE: &str = "ERR limit must be an integer from 0 to 1000000";
-const ALLOW_UNKNOWN: &str = "(expected COST, NOW or DETAILS)";
-const PEEK_UNKNOWN: &str = "(expected COST or NOW)";
+const ALLOW_UNKNOWN: &str = "(expected TIER, COST, NOW or DETAILS)";
+const PEEK_UNKNOWN: &str = "(expected TIER, COST or NOW)";
+const TIER_VALUES: &str = "ERR syntax error, TIER needs a window and a limit";
 
 /// Each mistake and its exact reply, for both commands where it applies.
 fn mistakes() -> Vec<(&'static str, String)> {
@@ -154,6 +174,28 @@ fn mistakes() -> Vec<(&'static str, String)> {
         ("XCLOAK.PEEK k 10 5 DETAILS", format!("ERR syntax error, unknown option 'DETAILS' {PEEK_UNKNOWN}")),
         ("XCLOAK.PEEK k 10 5 COST 1 BAR", format!("ERR syntax error, unknown option 'BAR' {PEEK_UNKNOWN}")),
     ];
+    // TIER: its values, named with the tier's number (the first TIER is tier 1).
+    for command in ["XCLOAK.ALLOW", "XCLOAK.PEEK"] {
+        for (tail, error) in [
+            ("10 5 TIER", TIER_VALUES.to_string()),
+            ("10 5 TIER 10", TIER_VALUES.to_string()),
+            ("10 5 NOW 1 TIER 10", TIER_VALUES.to_string()),
+            ("10 5 TIER 0 5", "ERR window of TIER 1 must be an integer from 1 to 9007199254740991 (milliseconds)".into()),
+            ("10 5 tier 10 1 TIER 10 1000001", "ERR limit of TIER 2 must be an integer from 0 to 1000000".into()),
+            ("10 5 TIER 10 5 COST 2 TIER +10 5", "ERR window of TIER 2 must be an integer from 1 to 9007199254740991 (milliseconds)".into()),
+            ("10 5 TIER 10 COST 2", "ERR limit of TIER 1 must be an integer from 0 to 1000000".into()),
+            ("10 5 TIER COST 2 3", "ERR window of TIER 1 must be an integer from 1 to 9007199254740991 (milliseconds)".into()),
+            // Tier 0 keeps the texts of a call without TIER.
+            ("0 5 TIER 10 5", WINDOW_RANGE.into()),
+            // 16 TIERs: one more than allowed.
+            (
+                Box::leak(format!("10 5{}", " TIER 10 5".repeat(16)).into_boxed_str()),
+                "ERR syntax error, TIER is given more than 15 times (at most 16 tiers in all)".into(),
+            ),
+        ] {
+            cases.push((Box::leak(format!("{command} k {tail}").into_boxed_str()), error));
+        }
+    }
     // Values out of range or not integers, in both commands.
     for command in ["XCLOAK.ALLOW", "XCLOAK.PEEK"] {
         for (tail, error) in [
@@ -241,6 +283,10 @@ fn replies_are_identical_under_resp2_and_resp3() {
         "XCLOAK.ALLOW {k} 1000 3 BAD",
         "XCLOAK.PEEK {k} 0 3",
         "XCLOAK.ALLOW {k} 1000",
+        "XCLOAK.ALLOW {k} 1000 3 TIER 60000 4 NOW 5001 DETAILS",
+        "XCLOAK.ALLOW {k} 1000 3 TIER 60000 4 TIER 10 1 NOW 5002 DETAILS",
+        "XCLOAK.PEEK {k} 1000 3 TIER 60000 4 NOW 5002",
+        "XCLOAK.ALLOW {k} 1000 3 TIER 60000 4 NOW 5003",
     ];
     for (index, line) in script.iter().enumerate() {
         let reply = |conn: &mut Connection, key: &str| -> Result<Value, (String, String)> {
@@ -255,9 +301,17 @@ fn replies_are_identical_under_resp2_and_resp3() {
         let three = reply(&mut resp3, "three");
         assert_eq!(two, three, "{line}");
         if let Ok(value) = &two {
+            let all_integers = |items: &[Value]| items.iter().all(|i| matches!(i, Value::Int(_)));
             let is_integers = match value {
                 Value::Int(_) => true,
-                Value::Array(items) => items.len() == 5 && items.iter().all(|i| matches!(i, Value::Int(_))),
+                Value::Array(items) if items.len() == 5 => all_integers(items),
+                // With TIER: five integers, then an array of five-integer arrays.
+                Value::Array(items) if items.len() == 6 && line.contains("TIER") => {
+                    all_integers(&items[..5])
+                        && matches!(&items[5], Value::Array(tiers) if !tiers.is_empty() && tiers.iter().all(|t| {
+                            matches!(t, Value::Array(f) if f.len() == 5 && all_integers(f))
+                        }))
+                }
                 _ => false,
             };
             assert!(is_integers, "call {index} {line}: {value:?}");

@@ -33,6 +33,8 @@ enum Via {
 enum Reply {
     Int(i64),
     Fields(Vec<i64>),
+    /// A details reply with `TIER`: the five integers, then one five-integer array per tier.
+    Tiered(Vec<i64>, Vec<Vec<i64>>),
     Error(String),
     Other(String),
 }
@@ -44,8 +46,17 @@ fn error_text(error: &RedisError) -> String {
 fn normalise(value: RedisResult<Value>) -> Reply {
     match value {
         Ok(Value::Int(n)) => Reply::Int(n),
-        Ok(Value::Array(items)) if items.iter().all(|v| matches!(v, Value::Int(_))) => {
-            Reply::Fields(items.iter().map(|v| if let Value::Int(n) = v { *n } else { unreachable!() }).collect())
+        Ok(Value::Array(items)) if items.iter().all(|v| matches!(v, Value::Int(_))) => Reply::Fields(integers(&items)),
+        Ok(Value::Array(items))
+            if items.len() == 6
+                && items[..5].iter().all(|v| matches!(v, Value::Int(_)))
+                && matches!(&items[5], Value::Array(tiers) if tiers.iter().all(|t| {
+                    matches!(t, Value::Array(f) if f.len() == 5 && f.iter().all(|v| matches!(v, Value::Int(_))))
+                })) =>
+        {
+            let Value::Array(tiers) = &items[5] else { unreachable!() };
+            let tiers = tiers.iter().map(|t| if let Value::Array(f) = t { integers(f) } else { unreachable!() }).collect();
+            Reply::Tiered(integers(&items[..5]), tiers)
         }
         Ok(Value::ServerError(error)) => {
             Reply::Error(format!("{} {}", error.code(), error.details().unwrap_or("")))
@@ -53,6 +64,10 @@ fn normalise(value: RedisResult<Value>) -> Reply {
         Ok(other) => Reply::Other(format!("{other:?}")),
         Err(error) => Reply::Error(error_text(&error)),
     }
+}
+
+fn integers(items: &[Value]) -> Vec<i64> {
+    items.iter().map(|v| if let Value::Int(n) = v { *n } else { unreachable!() }).collect()
 }
 
 fn load_fallback(conn: &mut Connection) -> String {
@@ -142,6 +157,8 @@ struct Sequence {
     start: i64,
     window: i64,
     limit: i64,
+    /// `TIER window limit` of every call, after the positional pair (often none).
+    more_tiers: Vec<(i64, i64)>,
     steps: Vec<Step>,
 }
 
@@ -191,8 +208,13 @@ fn sequence_strategy() -> impl Strategy<Value = Sequence> {
         Just(1_732_941_234_567i64),
         Just(MAX_EXACT_MS - 1_000_000_000),
     ];
-    (start, window, limit_strategy(), prop::collection::vec(step_strategy(), 1..30))
-        .prop_map(|(start, window, limit, steps)| Sequence { start, window, limit, steps })
+    let more_tiers = prop_oneof![
+        1 => Just(Vec::new()),
+        1 => prop::collection::vec((window.clone(), limit_strategy()), 1..=3),
+    ];
+    (start, window, limit_strategy(), more_tiers, prop::collection::vec(step_strategy(), 1..30)).prop_map(
+        |(start, window, limit, more_tiers, steps)| Sequence { start, window, limit, more_tiers, steps },
+    )
 }
 
 impl Sequence {
@@ -201,6 +223,7 @@ impl Sequence {
     fn calls(&self) -> Vec<(Via, Vec<String>, i64)> {
         let (mut now, mut limit) = (self.start, self.limit);
         let w = self.window;
+        let longest = self.more_tiers.iter().map(|&(window, _)| window).fold(w, i64::max);
         self.steps
             .iter()
             .map(|step| {
@@ -214,14 +237,18 @@ impl Sequence {
                     // A Lua reply is a double: with a window near 2^53, an entry
                     // stamped after NOW makes retry/reset exceed 2^53 - 1, which
                     // the script rounds (its one documented difference).
-                    Dt::Back(_) if w > 1 << 52 => 0,
+                    Dt::Back(_) if longest > 1 << 52 => 0,
                     Dt::Back(d) => -d,
                 };
                 now = now.saturating_add(delta).clamp(0, MAX_EXACT_MS);
                 if let Some(new_limit) = step.new_limit {
                     limit = new_limit;
                 }
-                let mut args = vec![w.to_string(), limit.to_string(), "NOW".into(), now.to_string()];
+                let mut args = vec![w.to_string(), limit.to_string()];
+                for (window, limit) in &self.more_tiers {
+                    args.extend(["TIER".into(), window.to_string(), limit.to_string()]);
+                }
+                args.extend(["NOW".into(), now.to_string()]);
                 if step.cost != 1 || step.details {
                     args.extend(["COST".into(), step.cost.to_string()]);
                 }
@@ -263,7 +290,7 @@ fn fallback_equals_the_command_on_random_sequences() {
                 let native = observe(&mut conn, Via::Native, &sha, &native_key, &args);
                 let what = format!("call {i} {args:?}");
                 prop_assert!(
-                    matches!(native.reply, Reply::Int(_) | Reply::Fields(_)),
+                    matches!(native.reply, Reply::Int(_) | Reply::Fields(_) | Reply::Tiered(..)),
                     "{what}: native replied {:?}", native.reply
                 );
                 prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
@@ -403,10 +430,28 @@ fn errors_match_the_command() {
         &["10", "1", "FOO"],
         &["10", "1", "it's\r\nlong-and-weird-\u{1}-token-of-more-than-32-bytes"],
         &["10", "1", "DETAILS", "NOW", "5", "EXTRA"],
+        &["10", "1", "TIER"],
+        &["10", "1", "TIER", "5"],
+        &["10", "1", "tier", "0", "1"],
+        &["10", "1", "TIER", "5", "-1"],
+        &["10", "1", "TIER", "5", "1000001"],
+        &["10", "1", "TIER", "5", "1", "TIER", "9007199254740992", "1"],
+        &["10", "1", "TIER", "5", "COST", "2"],
+        &["10", "1", "TIER", "5", "1", "TIER"],
+        &["10", "1", "TIER", "5", "1", "FOO"],
     ];
+    // 16 TIERs: one too many (and 15 with a bad 16th, whose range error comes first).
+    let too_many: Vec<String> = ["10", "1"].into_iter().chain(["TIER", "5", "1"].repeat(16)).map(String::from).collect();
+    let mut bad_sixteenth = too_many.clone();
+    bad_sixteenth.pop();
+    bad_sixteenth.push("x".into());
+    let bad: Vec<Vec<String>> = bad
+        .iter()
+        .map(|args| args.iter().map(|s| s.to_string()).collect())
+        .chain([too_many, bad_sixteenth])
+        .collect();
     let before = entries(&mut conn, "z");
     for args in bad {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let lua = call(&mut conn, Via::Lua, &sha, "z", &args);
         let native = call(&mut conn, Via::Native, &sha, "z", &args);
         assert!(matches!(native, Reply::Error(_)), "{args:?}: native replied {native:?}");

@@ -126,6 +126,7 @@ fn command_docs_on_7_0_and_their_absence_on_6_2() {
         arg("key", "key", None, false),
         arg("window", "integer", None, false),
         arg("limit", "integer", None, false),
+        arg("tier", "block", Some("TIER"), true),
         arg("cost", "integer", Some("COST"), true),
         arg("unix-time-milliseconds", "unix-time", Some("NOW"), true),
     ];
@@ -147,6 +148,15 @@ fn command_docs_on_7_0_and_their_absence_on_6_2() {
         assert_eq!(documented_arguments(docs), expected, "{name}");
         let key = &items(field(docs, "arguments").unwrap())[0];
         assert_eq!(int(field(key, "key_spec_index").unwrap()), 0);
+        // TIER is a repeatable block, its token repeated each time
+        // (`[TIER window limit [TIER window limit ...]]` in redis-cli hints).
+        let tier = &items(field(docs, "arguments").unwrap())[3];
+        assert_eq!(texts(field(tier, "flags").unwrap()), ["optional", "multiple", "multiple_token"], "{name}");
+        let inside: Vec<(String, String)> = items(field(tier, "arguments").expect("TIER's arguments"))
+            .iter()
+            .map(|arg| (text(field(arg, "name").unwrap()), text(field(arg, "type").unwrap())))
+            .collect();
+        assert_eq!(inside, [("window".to_string(), "integer".to_string()), ("limit".to_string(), "integer".to_string())]);
     }
 }
 
@@ -159,6 +169,8 @@ fn command_getkeys_finds_the_key_whatever_the_options() {
         "XCLOAK.ALLOW user:1 1000 5 COST 2 NOW 7 DETAILS",
         "XCLOAK.PEEK user:1 1000 5",
         "XCLOAK.PEEK user:1 1000 5 NOW 7 COST 2",
+        "XCLOAK.ALLOW user:1 1000 5 TIER 60000 50 TIER 10 1 DETAILS",
+        "XCLOAK.PEEK user:1 1000 5 TIER 60000 50",
     ] {
         let keys: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg(line.split(' ').collect::<Vec<_>>()).query(&mut conn).unwrap();
         assert_eq!(keys, ["user:1"], "{line}");
@@ -338,14 +350,14 @@ fn out_of_range_settings_refuse_the_load() {
         (&["MAX-LIMIT", "ten"], "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000"),
         (&["MAX-LIMIT"], "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000"),
         (&["MAX-LIMIT", "5", "MAX-LIMIT", "6"], "xcloak: refusing to load: MAX-LIMIT is given more than once"),
-        (&["LIMIT", "5"], "xcloak: refusing to load: unknown load argument 'LIMIT' (expected MAX-LIMIT n)"),
+        (&["LIMIT", "5"], "xcloak: refusing to load: unknown load argument 'LIMIT' (expected MAX-LIMIT n or STORAGE zset|compact)"),
     ] {
         let log = ServerConfig::default().module_args(args).start_expecting_exit();
         assert!(log.contains(message), "{args:?}: no {message:?} in\n{log}");
     }
     if at_least_7_0() {
         let log = ServerConfig::default().arg("xcloak.max-limit", "0").start_expecting_exit();
-        let message = "xcloak: refusing to load: xcloak.max-limit from the configuration is invalid";
+        let message = "xcloak: refusing to load: xcloak.max-limit or xcloak.storage from the configuration is invalid";
         assert!(log.contains(message), "no {message:?} in\n{log}");
     }
 }

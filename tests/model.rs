@@ -1,12 +1,16 @@
 //! Model-based test: a plain-Rust reference model of the sliding window,
-//! written here from the specification (issue 3), against the live
-//! XCLOAK.ALLOW / XCLOAK.PEEK over random call sequences. Every field of the
-//! five-integer reply is compared after every call, and so is the stored log
-//! (the scores of the sorted set).
+//! written here from the specification (issues 3 and 12), against the live
+//! XCLOAK.ALLOW / XCLOAK.PEEK over random call sequences with 1 to 4 tiers.
+//! Every field of the reply (the five integers, and with `TIER` the per-tier
+//! array) is compared after every call, and so is the stored log (the scores
+//! of the sorted set).
 //!
 //! What would fail: a wrong admission rule (cost not all-or-nothing, `<`
-//! instead of `<=`), a wrong `remaining`, an off-by-one in `retry_after_ms`'s
-//! index, a `reset_after_ms` from the oldest instead of the newest entry, PEEK
+//! instead of `<=`, one tier checked and not the others, a rejected tiered
+//! call recording anything), a wrong `remaining`, an off-by-one in
+//! `retry_after_ms`'s index, a tier's retry counted over another tier's
+//! entries, a `reset_after_ms` from the oldest instead of the newest entry,
+//! the wrong binding tier, a trim by a shorter window than the longest, PEEK
 //! trimming or recording, ALLOW not trimming, a clock step back losing entries.
 
 mod common;
@@ -14,6 +18,17 @@ use common::*;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+/// One tier's fields: `[window, limit, remaining, retry_after_ms, reset_after_ms]`.
+type TierFields = [i64; 5];
+
+/// A reply as the specification defines it: the five integers, and the
+/// per-tier array when the call had `TIER`.
+#[derive(Debug, PartialEq, Eq)]
+struct Expected {
+    five: [i64; 5],
+    tiers: Vec<TierFields>,
+}
 
 /// The specification, executable. `stamps` is every stored entry (sorted),
 /// including those PEEK saw expire but did not trim.
@@ -28,48 +43,67 @@ impl Model {
         self.stamps.iter().copied().filter(|&s| s > now - window).collect()
     }
 
-    fn allow(&mut self, window: i64, limit: i64, cost: i64, now: i64) -> [i64; 5] {
-        self.stamps.retain(|&s| s > now - window);
-        let before = self.live(window, now);
-        let allowed = before.len() as i64 + cost <= limit;
+    fn allow(&mut self, tiers: &[(i64, i64)], cost: i64, now: i64) -> Expected {
+        let longest = tiers.iter().map(|&(window, _)| window).max().unwrap();
+        self.stamps.retain(|&s| s > now - longest);
+        let before: Vec<Vec<i64>> = tiers.iter().map(|&(window, _)| self.live(window, now)).collect();
+        let allowed = tiers.iter().zip(&before).all(|(&(_, limit), live)| live.len() as i64 + cost <= limit);
         if allowed {
             self.stamps.extend(std::iter::repeat_n(now, cost as usize));
             self.stamps.sort_unstable();
         }
-        let after = self.live(window, now);
-        reply(&before, &after, allowed, window, limit, cost, now)
+        let after: Vec<Vec<i64>> = tiers.iter().map(|&(window, _)| self.live(window, now)).collect();
+        reply(tiers, &before, &after, allowed, cost, now)
     }
 
-    fn peek(&self, window: i64, limit: i64, cost: i64, now: i64) -> [i64; 5] {
-        let live = self.live(window, now);
-        let allowed = live.len() as i64 + cost <= limit;
-        reply(&live, &live, allowed, window, limit, cost, now)
+    fn peek(&self, tiers: &[(i64, i64)], cost: i64, now: i64) -> Expected {
+        let live: Vec<Vec<i64>> = tiers.iter().map(|&(window, _)| self.live(window, now)).collect();
+        let allowed = tiers.iter().zip(&live).all(|(&(_, limit), live)| live.len() as i64 + cost <= limit);
+        reply(tiers, &live, &live, allowed, cost, now)
     }
 }
 
-/// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]` as issue 3 defines them.
-fn reply(before: &[i64], after: &[i64], allowed: bool, window: i64, limit: i64, cost: i64, now: i64) -> [i64; 5] {
-    let remaining = (limit - after.len() as i64).max(0);
-    let retry_after = if allowed {
-        0
-    } else if cost > limit {
-        -1
+/// The reply as issues 3 and 12 define it, from each tier's live entries
+/// before and after the call.
+fn reply(tiers: &[(i64, i64)], before: &[Vec<i64>], after: &[Vec<i64>], allowed: bool, cost: i64, now: i64) -> Expected {
+    let mut fields = Vec::new();
+    let mut violated = Vec::new();
+    for (i, &(window, limit)) in tiers.iter().enumerate() {
+        let remaining = (limit - after[i].len() as i64).max(0);
+        let is_violated = !allowed && before[i].len() as i64 + cost > limit;
+        let retry_after = if !is_violated {
+            0
+        } else if cost > limit {
+            -1
+        } else {
+            // score[count + cost - limit], 1-based, oldest first, over this tier's live entries.
+            let index = (before[i].len() as i64 + cost - limit) as usize;
+            before[i][index - 1] + window - now
+        };
+        let reset_after = after[i].iter().max().map_or(0, |newest| newest + window - now);
+        fields.push([window, limit, remaining, retry_after, reset_after]);
+        violated.push(is_violated);
+    }
+    // The binding tier: admitted, the smallest remaining; rejected, among the
+    // violated tiers the largest retry (-1 as infinite); ties: the earliest.
+    let binding = if allowed {
+        (0..tiers.len()).min_by_key(|&i| (fields[i][2], i)).unwrap()
     } else {
-        // score[count + cost - limit], 1-based, oldest first.
-        let index = (before.len() as i64 + cost - limit) as usize;
-        before[index - 1] + window - now
+        let wait = |i: usize| if fields[i][3] == -1 { i64::MAX } else { fields[i][3] };
+        (0..tiers.len()).filter(|&i| violated[i]).max_by_key(|&i| (wait(i), std::cmp::Reverse(i))).unwrap()
     };
-    let reset_after = after.iter().max().map_or(0, |newest| newest + window - now);
-    [allowed as i64, limit, remaining, retry_after, reset_after]
+    let b = fields[binding];
+    Expected { five: [allowed as i64, b[1], b[2], b[3], b[4]], tiers: if tiers.len() > 1 { fields } else { Vec::new() } }
 }
 
 #[derive(Clone, Debug)]
 enum Step {
     Zero,
     One,
-    WindowMinusOne,
-    Window,
-    WindowPlusOne,
+    /// Relative to one tier's window (its index modulo the number of tiers).
+    WindowMinusOne(usize),
+    Window(usize),
+    WindowPlusOne(usize),
     Forward(i64),
     Back(i64),
 }
@@ -81,16 +115,13 @@ struct Call {
     /// `None`: no COST option (the default, 1).
     cost: Option<i64>,
     step: Step,
-    /// A new limit from this call on (a caller reconfiguring mid-sequence).
-    new_limit: Option<i64>,
-    /// A new window from this call on.
-    new_window: Option<i64>,
+    /// New tiers from this call on (a caller reconfiguring mid-sequence).
+    new_tiers: Option<Vec<(i64, i64)>>,
 }
 
 #[derive(Clone, Debug)]
 struct Sequence {
-    window: i64,
-    limit: i64,
+    tiers: Vec<(i64, i64)>,
     calls: Vec<Call>,
 }
 
@@ -110,6 +141,14 @@ fn limit() -> impl Strategy<Value = i64> {
     prop_oneof![0..=5i64, 0..=40i64, 100..=300i64]
 }
 
+/// 1 to 4 tiers; half the sequences have one (the reply without `TIER`).
+fn tiers() -> impl Strategy<Value = Vec<(i64, i64)>> {
+    prop_oneof![
+        1 => prop::collection::vec((window(), limit()), 1..=1),
+        1 => prop::collection::vec((window(), limit()), 2..=4),
+    ]
+}
+
 fn call() -> impl Strategy<Value = Call> {
     let cost = prop_oneof![
         4 => Just(None),
@@ -120,82 +159,110 @@ fn call() -> impl Strategy<Value = Call> {
     let step = prop_oneof![
         3 => Just(Step::Zero),
         2 => Just(Step::One),
-        1 => Just(Step::WindowMinusOne),
-        1 => Just(Step::Window),
-        1 => Just(Step::WindowPlusOne),
+        1 => (0..4usize).prop_map(Step::WindowMinusOne),
+        1 => (0..4usize).prop_map(Step::Window),
+        1 => (0..4usize).prop_map(Step::WindowPlusOne),
         3 => (0..2_000i64).prop_map(Step::Forward),
         1 => (1..5_000i64).prop_map(Step::Back),
     ];
-    (
-        any::<bool>(),
-        any::<bool>(),
-        cost,
-        step,
-        prop::option::weighted(0.05, limit()),
-        prop::option::weighted(0.03, window()),
-    )
-        .prop_map(|(peek, details, cost, step, new_limit, new_window)| Call {
+    (any::<bool>(), any::<bool>(), cost, step, prop::option::weighted(0.05, tiers())).prop_map(
+        |(peek, details, cost, step, new_tiers)| Call {
             peek: peek && details, // a quarter PEEK, the rest ALLOW with or without DETAILS
             details,
             cost,
             step,
-            new_limit,
-            new_window,
-        })
+            new_tiers,
+        },
+    )
 }
 
 fn sequence() -> impl Strategy<Value = Sequence> {
-    (window(), limit(), prop::collection::vec(call(), 1..120))
-        .prop_map(|(window, limit, calls)| Sequence { window, limit, calls })
+    (tiers(), prop::collection::vec(call(), 1..120)).prop_map(|(tiers, calls)| Sequence { tiers, calls })
+}
+
+/// The command line of a call: the positional pair is tier 0, a `TIER` each for the others.
+fn command_of(call: &Call, key: &str, tiers: &[(i64, i64)], now: i64) -> redis::Cmd {
+    let mut command = redis::cmd(if call.peek { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" });
+    command.arg(key).arg(tiers[0].0).arg(tiers[0].1);
+    for &(window, limit) in &tiers[1..] {
+        command.arg("TIER").arg(window).arg(limit);
+    }
+    if let Some(cost) = call.cost {
+        command.arg("COST").arg(cost);
+    }
+    command.arg("NOW").arg(now);
+    if call.details && !call.peek {
+        command.arg("DETAILS");
+    }
+    command
+}
+
+/// A details reply as `Expected`: five integers, then the per-tier array if any.
+fn parse_details(value: &redis::Value) -> Result<Expected, TestCaseError> {
+    let fail = |what: &str| TestCaseError::fail(format!("{what}: {value:?}"));
+    let redis::Value::Array(items) = value else { return Err(fail("not an array")) };
+    if items.len() != 5 && items.len() != 6 {
+        return Err(fail("not 5 or 6 elements"));
+    }
+    let int = |v: &redis::Value| if let redis::Value::Int(n) = v { Ok(*n) } else { Err(fail("not an integer")) };
+    let mut five = [0; 5];
+    for (field, item) in five.iter_mut().zip(items) {
+        *field = int(item)?;
+    }
+    let mut tiers = Vec::new();
+    if let Some(redis::Value::Array(list)) = items.get(5) {
+        for tier in list {
+            let redis::Value::Array(fields) = tier else { return Err(fail("a tier is not an array")) };
+            let fields: Vec<i64> = fields.iter().map(int).collect::<Result<_, _>>()?;
+            tiers.push(<TierFields>::try_from(fields).map_err(|_| fail("a tier is not 5 integers"))?);
+        }
+        if tiers.is_empty() {
+            return Err(fail("an empty tier array"));
+        }
+    } else if items.len() == 6 {
+        return Err(fail("the sixth element is not an array"));
+    }
+    Ok(Expected { five, tiers })
 }
 
 /// Runs `sequence` on a fresh key, comparing every reply and the stored log.
 fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result<(), TestCaseError> {
     let mut model = Model::default();
-    let (mut window, mut limit) = (sequence.window, sequence.limit);
+    let mut tiers = sequence.tiers.clone();
     let mut now: i64 = 1_700_000_000_000;
     for (i, call) in sequence.calls.iter().enumerate() {
-        limit = call.new_limit.unwrap_or(limit);
-        window = call.new_window.unwrap_or(window);
+        if let Some(new_tiers) = &call.new_tiers {
+            tiers = new_tiers.clone();
+        }
+        let window_of = |index: usize| tiers[index % tiers.len()].0;
         now += match call.step {
             Step::Zero => 0,
             Step::One => 1,
-            Step::WindowMinusOne => window - 1,
-            Step::Window => window,
-            Step::WindowPlusOne => window + 1,
+            Step::WindowMinusOne(t) => window_of(t) - 1,
+            Step::Window(t) => window_of(t),
+            Step::WindowPlusOne(t) => window_of(t) + 1,
             Step::Forward(ms) => ms,
             Step::Back(ms) => -ms,
         };
         let cost = call.cost.unwrap_or(1);
-        let mut command = redis::cmd(if call.peek { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" });
-        command.arg(key).arg(window).arg(limit);
-        if let Some(cost) = call.cost {
-            command.arg("COST").arg(cost);
-        }
-        command.arg("NOW").arg(now);
-        if call.details && !call.peek {
-            command.arg("DETAILS");
-        }
         // PERSIST in the same MULTI: the key's TTL follows the server clock
         // (window + 1 s), which this test does not model; without it a 1 ms
         // window could expire the key between two calls on a slow machine.
         let (got,): (redis::Value,) = redis::pipe()
             .atomic()
-            .add_command(command)
+            .add_command(command_of(call, key, &tiers, now))
             .cmd("PERSIST")
             .arg(key)
             .ignore()
             .query(conn)
             .map_err(|e| TestCaseError::fail(format!("call {i} failed: {e}")))?;
-        let expected =
-            if call.peek { model.peek(window, limit, cost, now) } else { model.allow(window, limit, cost, now) };
-        let context = format!("call {i} {call:?} window={window} limit={limit} now={now}");
+        let expected = if call.peek { model.peek(&tiers, cost, now) } else { model.allow(&tiers, cost, now) };
+        let context = format!("call {i} {call:?} tiers={tiers:?} now={now}");
         if call.details || call.peek {
-            let fields: Vec<i64> = redis::from_redis_value(&got).map_err(|e| TestCaseError::fail(format!("{e}")))?;
-            prop_assert_eq!(fields, expected.to_vec(), "{}", context);
+            prop_assert_eq!(parse_details(&got)?, expected, "{}", context);
         } else {
             let flag: i64 = redis::from_redis_value(&got).map_err(|e| TestCaseError::fail(format!("{e}")))?;
-            prop_assert_eq!(flag, expected[0], "{}", context);
+            prop_assert_eq!(flag, expected.five[0], "{}", context);
         }
         let stored = stored_stamps(conn, key);
         prop_assert_eq!(&stored, &model.stamps, "stored log after {}", context);
@@ -231,25 +298,48 @@ fn run_model(server: Server, form: &str) {
     }
 }
 
-/// The model itself, on the worked example of the issue: it must agree with
-/// the hand-computed fields, or the comparison above proves nothing.
+/// The model itself, on the worked examples of the issues: it must agree
+/// with the hand-computed fields, or the comparison above proves nothing.
 #[test]
 fn the_model_matches_hand_computed_fields() {
+    let one = |window: i64, limit: i64| vec![(window, limit)];
+    let five = |e: Expected| e.five;
     let mut model = Model::default();
-    assert_eq!(model.allow(1000, 3, 1, 100), [1, 3, 2, 0, 1000]);
-    assert_eq!(model.allow(1000, 3, 1, 200), [1, 3, 1, 0, 1000]);
-    assert_eq!(model.allow(1000, 3, 1, 300), [1, 3, 0, 0, 1000]);
-    assert_eq!(model.allow(1000, 3, 1, 400), [0, 3, 0, 700, 900]);
-    assert_eq!(model.peek(1000, 3, 2, 400), [0, 3, 0, 800, 900]);
-    assert_eq!(model.peek(1000, 3, 4, 400), [0, 3, 0, -1, 900]);
-    assert_eq!(model.peek(1000, 3, 1, 1100), [1, 3, 1, 0, 200]);
+    assert_eq!(five(model.allow(&one(1000, 3), 1, 100)), [1, 3, 2, 0, 1000]);
+    assert_eq!(five(model.allow(&one(1000, 3), 1, 200)), [1, 3, 1, 0, 1000]);
+    assert_eq!(five(model.allow(&one(1000, 3), 1, 300)), [1, 3, 0, 0, 1000]);
+    assert_eq!(five(model.allow(&one(1000, 3), 1, 400)), [0, 3, 0, 700, 900]);
+    assert_eq!(five(model.peek(&one(1000, 3), 2, 400)), [0, 3, 0, 800, 900]);
+    assert_eq!(five(model.peek(&one(1000, 3), 4, 400)), [0, 3, 0, -1, 900]);
+    assert_eq!(five(model.peek(&one(1000, 3), 1, 1100)), [1, 3, 1, 0, 200]);
     assert_eq!(model.stamps, [100, 200, 300], "PEEK does not trim");
-    assert_eq!(model.allow(1000, 3, 2, 1100), [0, 3, 1, 100, 200], "200 must leave for 2 to fit");
+    assert_eq!(five(model.allow(&one(1000, 3), 2, 1100)), [0, 3, 1, 100, 200], "200 must leave for 2 to fit");
     assert_eq!(model.stamps, [200, 300], "ALLOW trims");
+    assert!(model.allow(&one(1000, 3), 1, 1100).tiers.is_empty(), "no per-tier array without TIER");
+
+    // Two tiers, 2 per 100 ms and 3 per 1000 ms.
+    let tiers = [(100, 2), (1000, 3)];
+    let mut model = Model::default();
+    model.allow(&tiers, 1, 0);
+    model.allow(&tiers, 1, 10);
+    let short_full = model.allow(&tiers, 1, 20);
+    assert_eq!(short_full, Expected { five: [0, 2, 0, 80, 90], tiers: vec![[100, 2, 0, 80, 90], [1000, 3, 1, 0, 990]] });
+    assert_eq!(model.stamps, [0, 10], "a rejection records nothing in any tier");
+    let both_full = model.allow(&tiers, 1, 100);
+    assert_eq!(both_full.five, [1, 2, 0, 0, 100], "admitted, both at 0 remaining: the earliest binds");
+    let long_full = model.allow(&tiers, 1, 150);
+    assert_eq!(long_full, Expected { five: [0, 3, 0, 850, 950], tiers: vec![[100, 2, 1, 0, 50], [1000, 3, 0, 850, 950]] });
+    assert_eq!(model.stamps, [0, 10, 100], "trimmed by the longest window only");
+    // Both violated: the longest wait binds; a limit below the cost (-1) binds over any wait.
+    let both = model.peek(&[(200, 1), (1000, 3)], 1, 150);
+    assert_eq!(both.tiers, [[200, 1, 0, 150, 150], [1000, 3, 0, 850, 950]]);
+    assert_eq!(both.five, [0, 3, 0, 850, 950]);
+    assert_eq!(model.peek(&[(1000, 3), (10, 0)], 1, 150).five, [0, 0, 0, -1, 0]);
 }
 
 /// One sequence the generator is meant to reach, pinned: the 128-entry
-/// encoding change of sorted sets, same-millisecond batches, and a step back.
+/// encoding change of sorted sets, same-millisecond batches, a step back,
+/// and three tiers whose binding tier changes along the way.
 #[test]
 fn large_windows_across_the_encoding_change() {
     let server = Server::start();
@@ -257,11 +347,11 @@ fn large_windows_across_the_encoding_change() {
     let mut calls = Vec::new();
     for i in 0..140 {
         let step = if i % 10 == 0 { Step::Forward(7) } else { Step::Zero };
-        calls.push(Call { peek: i % 3 == 0, details: true, cost: Some(1 + i % 3), step, new_limit: None, new_window: None });
+        calls.push(Call { peek: i % 3 == 0, details: true, cost: Some(1 + i % 3), step, new_tiers: None });
     }
-    calls.push(Call { peek: false, details: true, cost: None, step: Step::Back(50), new_limit: Some(150), new_window: None });
-    calls.push(Call { peek: true, details: true, cost: Some(3), step: Step::WindowPlusOne, new_limit: None, new_window: None });
-    let sequence = Sequence { window: 10_000, limit: 300, calls };
+    calls.push(Call { peek: false, details: true, cost: None, step: Step::Back(50), new_tiers: Some(vec![(10_000, 150)]) });
+    calls.push(Call { peek: true, details: true, cost: Some(3), step: Step::WindowPlusOne(0), new_tiers: None });
+    let sequence = Sequence { tiers: vec![(10_000, 300), (20, 40), (1_000, 200)], calls };
     check(&mut conn, "model:pinned", &sequence).unwrap();
     let card: usize = redis::cmd("ZCARD").arg("model:pinned").query(&mut conn).unwrap();
     assert!(card > 128, "the pinned sequence must cross the listpack/skiplist boundary, got {card}");

@@ -5,7 +5,8 @@
 //! command name, argv[1] the key), so every other byte (\0, \r, 0xff...)
 //! reaches the parser inside a token.
 //!
-//! Invariants: parse never panics; an accepted request is within every range;
+//! Invariants: parse never panics; an accepted request is within every range
+//! (every tier's window and limit, at most 16 tiers);
 //! `parse_i64` accepts exactly the canonical decimal form of an i64 (what
 //! Redis' string2ll accepts); an error names an argument or is a syntax error,
 //! and its text cannot break the protocol (no CR/LF).
@@ -15,7 +16,7 @@
 #[path = "../../src/args.rs"]
 mod args;
 
-use args::{ArgError, Command, MAX_COST, MAX_EXACT_MS};
+use args::{ArgError, Command, MAX_COST, MAX_EXACT_MS, MAX_TIERS};
 use libfuzzer_sys::fuzz_target;
 
 const MAX_LIMITS: [i64; 4] = [args::DEFAULT_MAX_LIMIT, 1, 50, args::MAX_LIMIT_CEILING];
@@ -32,16 +33,23 @@ fuzz_target!(|data: &[u8]| {
 
     match args::parse(command, &argv, max_limit) {
         Ok(request) => {
-            assert!(argv.len() >= 4 && argv.len() <= 9, "accepted {} words", argv.len());
-            assert!((1..=MAX_EXACT_MS).contains(&request.window_ms));
-            assert!((0..=max_limit).contains(&request.limit));
+            let most = 4 + (MAX_TIERS - 1) * 3 + 5;
+            assert!(argv.len() >= 4 && argv.len() <= most, "accepted {} words", argv.len());
+            assert!((1..=MAX_TIERS).contains(&request.tiers.len()));
+            for tier in request.tiers.iter() {
+                assert!((1..=MAX_EXACT_MS).contains(&tier.window_ms));
+                assert!((0..=max_limit).contains(&tier.limit));
+            }
+            // One TIER keyword per tier after the first.
+            let keywords = argv[4..].iter().filter(|w| w.eq_ignore_ascii_case(b"TIER")).count();
+            assert!(keywords >= request.tiers.len() - 1, "{keywords} TIER words, {} tiers", request.tiers.len());
             assert!((1..=MAX_COST).contains(&request.cost));
             if let Some(now) = request.now_ms {
                 assert!((0..=MAX_EXACT_MS).contains(&now));
             }
             assert!(!(request.details && command == Command::Peek), "PEEK has no DETAILS");
-            assert_eq!(args::parse_i64(argv[2]), Some(request.window_ms));
-            assert_eq!(args::parse_i64(argv[3]), Some(request.limit));
+            assert_eq!(args::parse_i64(argv[2]), Some(request.tiers[0].window_ms));
+            assert_eq!(args::parse_i64(argv[3]), Some(request.tiers[0].limit));
         }
         Err(ArgError::Arity) => assert!(argv.len() < 4),
         Err(ArgError::Invalid(text)) => {

@@ -3,10 +3,13 @@
 -- same replies, same error texts, same sorted-set layout and members, so a
 -- deployment can switch between the script and the command on the same keys.
 --
---   EVALSHA sha 1 key window limit [COST cost] [NOW unix-ms] [DETAILS]
+--   EVALSHA sha 1 key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [DETAILS]
 --
 -- Reply: 1 or 0; with DETAILS the array
---   {allowed, limit, remaining, retry_after_ms, reset_after_ms}.
+--   {allowed, limit, remaining, retry_after_ms, reset_after_ms}
+-- of the binding tier, and with TIER a sixth element: one
+--   {window, limit, remaining, retry_after_ms, reset_after_ms}
+-- per tier, in the order given (the positional window and limit first).
 --
 -- One key only (Cluster-safe). Works on Redis 6.2+ and Valkey: it reads TIME,
 -- so it replicates its effects (the default from Redis 7; asked for on 6.2),
@@ -25,6 +28,7 @@ end
 local MAX_EXACT_MS = 9007199254740991 -- 2^53 - 1
 local MAX_LIMIT = 1000000 -- the module's default MAX-LIMIT; keep them equal
 local MAX_COST = 1000000
+local MAX_TIERS = 16 -- the positional pair and up to 15 TIERs
 local COMPACT_SLOTS = 1000 -- members s*1000+k while k < 1000, "s:kkkkkkkkkk" beyond,
 local STAMP_CYCLE = 100000000000 -- with s = t mod 10^11 (as the module: at most 14 digits)
 local ZADD_BATCH = 500
@@ -150,39 +154,67 @@ local limit = in_range(ARGV[2], 0, MAX_LIMIT)
 if not limit then
   return range_error('limit', 0, MAX_LIMIT, '')
 end
+-- Tier i (1-based here) is {window, limit}; errors number TIERs from 1, as the module.
+local tiers = {{window, limit}}
 local cost, now, details = 1, nil, false
 local seen = {}
 local i = 3
 while i <= #ARGV do
   local option = string.upper(ARGV[i])
-  if option ~= 'COST' and option ~= 'NOW' and option ~= 'DETAILS' then
-    return fail("syntax error, unknown option '" .. printable(ARGV[i]) .. "' (expected COST, NOW or DETAILS)")
-  end
-  if seen[option] then
-    return fail('syntax error, ' .. option .. ' is given more than once')
-  end
-  seen[option] = true
-  if option == 'DETAILS' then
-    details = true
+  if option == 'TIER' then
+    if ARGV[i + 1] == nil or ARGV[i + 2] == nil then
+      return fail('syntax error, TIER needs a window and a limit')
+    end
+    local which = ' of TIER ' .. int(#tiers)
+    local tier_window = in_range(ARGV[i + 1], 1, MAX_EXACT_MS)
+    if not tier_window then
+      return range_error('window' .. which, 1, MAX_EXACT_MS, ' (milliseconds)')
+    end
+    local tier_limit = in_range(ARGV[i + 2], 0, MAX_LIMIT)
+    if not tier_limit then
+      return range_error('limit' .. which, 0, MAX_LIMIT, '')
+    end
+    if #tiers == MAX_TIERS then
+      return fail('syntax error, TIER is given more than ' .. int(MAX_TIERS - 1) ..
+        ' times (at most ' .. int(MAX_TIERS) .. ' tiers in all)')
+    end
+    tiers[#tiers + 1] = {tier_window, tier_limit}
+    i = i + 3
   else
-    i = i + 1
-    local value = ARGV[i]
-    if value == nil then
-      return fail('syntax error, ' .. option .. ' needs a value')
+    if option ~= 'COST' and option ~= 'NOW' and option ~= 'DETAILS' then
+      return fail("syntax error, unknown option '" .. printable(ARGV[i]) .. "' (expected TIER, COST, NOW or DETAILS)")
     end
-    if option == 'COST' then
-      cost = in_range(value, 1, MAX_COST)
-      if not cost then
-        return range_error('COST', 1, MAX_COST, '')
-      end
+    if seen[option] then
+      return fail('syntax error, ' .. option .. ' is given more than once')
+    end
+    seen[option] = true
+    if option == 'DETAILS' then
+      details = true
     else
-      now = in_range(value, 0, MAX_EXACT_MS)
-      if not now then
-        return range_error('NOW', 0, MAX_EXACT_MS, ' (unix time in milliseconds)')
+      i = i + 1
+      local value = ARGV[i]
+      if value == nil then
+        return fail('syntax error, ' .. option .. ' needs a value')
+      end
+      if option == 'COST' then
+        cost = in_range(value, 1, MAX_COST)
+        if not cost then
+          return range_error('COST', 1, MAX_COST, '')
+        end
+      else
+        now = in_range(value, 0, MAX_EXACT_MS)
+        if not now then
+          return range_error('NOW', 0, MAX_EXACT_MS, ' (unix time in milliseconds)')
+        end
       end
     end
+    i = i + 1
   end
-  i = i + 1
+end
+-- The trim and the TTL follow the longest window.
+local longest = 0
+for _, tier in ipairs(tiers) do
+  longest = math.max(longest, tier[1])
 end
 
 local key_type = redis.call('TYPE', key)
@@ -199,12 +231,28 @@ end
 local now_text = int(now)
 local stamp = math.fmod(now, STAMP_CYCLE) -- exact: now < 2^53
 local stamp_text = int(stamp)
-local cutoff = now - window -- both below 2^53 in magnitude: exact
+local cutoff = now - longest -- both below 2^53 in magnitude: exact
 
 -- Trim (replicated only when it removed something; an emptied key is gone).
 redis.call('ZREMRANGEBYSCORE', key, '-inf', int(cutoff))
-local live = redis.call('ZCARD', key)
-local allowed = live + cost <= limit
+local count = redis.call('ZCARD', key)
+-- live[t]: tier t's entries stamped after now - window_t. Without DETAILS the
+-- first tier without room settles the verdict.
+local live = {}
+local allowed = true
+for t, tier in ipairs(tiers) do
+  if tier[1] == longest then
+    live[t] = count
+  else
+    live[t] = redis.call('ZCOUNT', key, '(' .. int(now - tier[1]), '+inf')
+  end
+  if live[t] + cost > tier[2] then
+    allowed = false
+    if not details then
+      break
+    end
+  end
+end
 
 if allowed then
   -- The next free slot at `now`: one past the last entry there, if it is ours.
@@ -234,8 +282,8 @@ if allowed then
   -- it: after a server clock step back, entries stamped before the step must
   -- outlive the new, earlier deadline.
   local ttl = redis.call('PTTL', key)
-  if ttl < 0 or ttl - 500 <= window then
-    redis.call('PEXPIREAT', key, exact_sum(server_ms + 1000, window))
+  if ttl < 0 or ttl - 500 <= longest then
+    redis.call('PEXPIREAT', key, exact_sum(server_ms + 1000, longest))
   end
 end
 
@@ -243,26 +291,61 @@ if not details then
   return allowed and 1 or 0
 end
 
-local live_after = allowed and (live + cost) or live
-local remaining = math.max(limit - live_after, 0)
-local retry_after_ms = 0
-if not allowed then
-  if cost > limit then
-    retry_after_ms = -1
-  else
-    -- With live entries oldest first, the (live + cost - limit)-th must leave.
-    local blocking = live + cost - limit
-    local entry = redis.call('ZRANGE', key, blocking - 1, blocking - 1, 'WITHSCORES')
-    if entry[2] then
-      retry_after_ms = (score_ms(entry[2]) - now) + window
+-- Per tier: {window, limit, remaining, retry_after_ms, reset_after_ms}.
+local added = allowed and cost or 0
+local newest = nil -- the newest entry's score, read once: it is live in every tier where anything is
+local fields = {}
+local binding = nil
+-- A wait of -1 (never) counts as the longest.
+local function wait(retry_after_ms)
+  if retry_after_ms < 0 then
+    return math.huge
+  end
+  return retry_after_ms
+end
+for t, tier in ipairs(tiers) do
+  local tier_window, tier_limit = tier[1], tier[2]
+  local live_after = live[t] + added
+  local violated = not allowed and live[t] + cost > tier_limit
+  local retry_after_ms = 0
+  if violated then
+    if cost > tier_limit then
+      retry_after_ms = -1
+    else
+      -- With the tier's live entries oldest first, the (live + cost - limit)-th must leave.
+      local blocking = live[t] + cost - tier_limit
+      local entry = redis.call('ZRANGEBYSCORE', key, '(' .. int(now - tier_window), '+inf',
+        'WITHSCORES', 'LIMIT', int(blocking - 1), 1)
+      if entry[2] then
+        retry_after_ms = (score_ms(entry[2]) - now) + tier_window
+      end
     end
   end
-end
-local reset_after_ms = 0
-if live_after > 0 then
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if newest[2] then
-    reset_after_ms = math.max((score_ms(newest[2]) - now) + window, 0)
+  local reset_after_ms = 0
+  if live_after > 0 then
+    if newest == nil then
+      newest = score_ms(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+    end
+    reset_after_ms = math.max((newest - now) + tier_window, 0)
+  end
+  fields[t] = {tier_window, tier_limit, math.max(tier_limit - live_after, 0), retry_after_ms, reset_after_ms}
+  -- The binding tier: admitted, the fewest remaining; rejected, the violated
+  -- one with the longest wait; ties to the earliest.
+  if binding == nil then
+    if allowed or violated then
+      binding = t
+    end
+  elseif allowed then
+    if fields[t][3] < fields[binding][3] then
+      binding = t
+    end
+  elseif violated and wait(retry_after_ms) > wait(fields[binding][4]) then
+    binding = t
   end
 end
-return {allowed and 1 or 0, limit, remaining, retry_after_ms, reset_after_ms}
+local b = fields[binding or 1]
+local reply = {allowed and 1 or 0, b[2], b[3], b[4], b[5]}
+if #tiers > 1 then
+  reply[6] = fields
+end
+return reply
