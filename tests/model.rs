@@ -16,6 +16,7 @@
 mod common;
 use common::*;
 
+use common::sequences::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -96,107 +97,6 @@ fn reply(tiers: &[(i64, i64)], before: &[Vec<i64>], after: &[Vec<i64>], allowed:
     Expected { five: [allowed as i64, b[1], b[2], b[3], b[4]], tiers: if tiers.len() > 1 { fields } else { Vec::new() } }
 }
 
-#[derive(Clone, Debug)]
-enum Step {
-    Zero,
-    One,
-    /// Relative to one tier's window (its index modulo the number of tiers).
-    WindowMinusOne(usize),
-    Window(usize),
-    WindowPlusOne(usize),
-    Forward(i64),
-    Back(i64),
-}
-
-#[derive(Clone, Debug)]
-struct Call {
-    peek: bool,
-    details: bool,
-    /// `None`: no COST option (the default, 1).
-    cost: Option<i64>,
-    step: Step,
-    /// New tiers from this call on (a caller reconfiguring mid-sequence).
-    new_tiers: Option<Vec<(i64, i64)>>,
-}
-
-#[derive(Clone, Debug)]
-struct Sequence {
-    tiers: Vec<(i64, i64)>,
-    calls: Vec<Call>,
-}
-
-fn window() -> impl Strategy<Value = i64> {
-    prop_oneof![
-        Just(1i64),
-        Just(2),
-        2..50i64,
-        50..5_000i64,
-        Just(60_000),
-        1..=86_400_000i64,
-        Just(86_400_000),
-    ]
-}
-
-fn limit() -> impl Strategy<Value = i64> {
-    prop_oneof![0..=5i64, 0..=40i64, 100..=300i64]
-}
-
-/// 1 to 4 tiers; half the sequences have one (the reply without `TIER`).
-fn tiers() -> impl Strategy<Value = Vec<(i64, i64)>> {
-    prop_oneof![
-        1 => prop::collection::vec((window(), limit()), 1..=1),
-        1 => prop::collection::vec((window(), limit()), 2..=4),
-    ]
-}
-
-fn call() -> impl Strategy<Value = Call> {
-    let cost = prop_oneof![
-        4 => Just(None),
-        4 => (1..=3i64).prop_map(Some),
-        2 => (1..=320i64).prop_map(Some),
-        1 => Just(Some(1_000_000)),
-    ];
-    let step = prop_oneof![
-        3 => Just(Step::Zero),
-        2 => Just(Step::One),
-        1 => (0..4usize).prop_map(Step::WindowMinusOne),
-        1 => (0..4usize).prop_map(Step::Window),
-        1 => (0..4usize).prop_map(Step::WindowPlusOne),
-        3 => (0..2_000i64).prop_map(Step::Forward),
-        1 => (1..5_000i64).prop_map(Step::Back),
-    ];
-    (any::<bool>(), any::<bool>(), cost, step, prop::option::weighted(0.05, tiers())).prop_map(
-        |(peek, details, cost, step, new_tiers)| Call {
-            peek: peek && details, // a quarter PEEK, the rest ALLOW with or without DETAILS
-            details,
-            cost,
-            step,
-            new_tiers,
-        },
-    )
-}
-
-fn sequence() -> impl Strategy<Value = Sequence> {
-    (tiers(), prop::collection::vec(call(), 1..120)).prop_map(|(tiers, calls)| Sequence { tiers, calls })
-}
-
-/// The command line of a call: the positional pair is tier 0, a `TIER` each for the others.
-fn command_of(call: &Call, key: &str, tiers: &[(i64, i64)], now: i64) -> redis::Cmd {
-    let mut command = redis::cmd(if call.peek { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" });
-    command.arg(key).arg(tiers[0].0).arg(tiers[0].1);
-    for &(window, limit) in &tiers[1..] {
-        command.arg("TIER").arg(window).arg(limit);
-    }
-    if let Some(cost) = call.cost {
-        command.arg("COST").arg(cost);
-    }
-    command.arg("NOW").arg(now);
-    if call.details && !call.peek {
-        command.arg("DETAILS");
-    }
-    command
-}
-
 /// A details reply as `Expected`: five integers, then the per-tier array if any.
 fn parse_details(value: &redis::Value) -> Result<Expected, TestCaseError> {
     let fail = |what: &str| TestCaseError::fail(format!("{what}: {value:?}"));
@@ -228,35 +128,21 @@ fn parse_details(value: &redis::Value) -> Result<Expected, TestCaseError> {
 /// Runs `sequence` on a fresh key, comparing every reply and the stored log.
 fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result<(), TestCaseError> {
     let mut model = Model::default();
-    let mut tiers = sequence.tiers.clone();
-    let mut now: i64 = 1_700_000_000_000;
-    for (i, call) in sequence.calls.iter().enumerate() {
-        if let Some(new_tiers) = &call.new_tiers {
-            tiers = new_tiers.clone();
-        }
-        let window_of = |index: usize| tiers[index % tiers.len()].0;
-        now += match call.step {
-            Step::Zero => 0,
-            Step::One => 1,
-            Step::WindowMinusOne(t) => window_of(t) - 1,
-            Step::Window(t) => window_of(t),
-            Step::WindowPlusOne(t) => window_of(t) + 1,
-            Step::Forward(ms) => ms,
-            Step::Back(ms) => -ms,
-        };
+    for (i, call, tiers, now) in walk(sequence) {
+        let tiers = &tiers;
         let cost = call.cost.unwrap_or(1);
         // PERSIST in the same MULTI: the key's TTL follows the server clock
         // (window + 1 s), which this test does not model; without it a 1 ms
         // window could expire the key between two calls on a slow machine.
         let (got,): (redis::Value,) = redis::pipe()
             .atomic()
-            .add_command(command_of(call, key, &tiers, now))
+            .add_command(command_of(call, key, tiers, now))
             .cmd("PERSIST")
             .arg(key)
             .ignore()
             .query(conn)
             .map_err(|e| TestCaseError::fail(format!("call {i} failed: {e}")))?;
-        let expected = if call.peek { model.peek(&tiers, cost, now) } else { model.allow(&tiers, cost, now) };
+        let expected = if call.peek { model.peek(tiers, cost, now) } else { model.allow(tiers, cost, now) };
         let context = format!("call {i} {call:?} tiers={tiers:?} now={now}");
         if call.details || call.peek {
             prop_assert_eq!(parse_details(&got)?, expected, "{}", context);

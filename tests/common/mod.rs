@@ -19,6 +19,7 @@ pub use redis;
 use redis::{Connection, RedisResult};
 
 pub mod cluster;
+pub mod sequences;
 
 /// The article's script, verbatim: the reference semantics.
 pub const ARTICLE_SCRIPT: &str = include_str!("../oracle/article.lua");
