@@ -449,3 +449,25 @@ fn cluster_clients_reach_the_key_node_directly() {
         println!("{} --peek: {on_replicas} PEEKs on replicas, {on_primaries} on primaries, 0 MOVED", run.name);
     }
 }
+
+/// xcloak-ioredis.js reaches inside ioredis, so it refuses to install into a
+/// version it was not tested with, naming the version, rather than route
+/// wrongly at run time.
+#[test]
+fn the_ioredis_helper_refuses_an_untested_version() {
+    ensure_deps(Lang::Ioredis);
+    let dir = std::env::temp_dir().join(format!("xcloak-ioredis-pin-{}", std::process::id()));
+    for (package, version) in [("ioredis", "5.9.9"), ("@ioredis/commands", "2.0.0")] {
+        let folder = dir.join("node_modules").join(package);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("package.json"), format!(r#"{{"name":"{package}","version":"{version}","main":"index.js"}}"#)).unwrap();
+        std::fs::write(folder.join("index.js"), "module.exports = {};").unwrap();
+    }
+    let helper = repo().join("docs/examples/node/xcloak-ioredis.js");
+    let script = format!("require({:?}).install({:?})", helper.to_str().unwrap(), dir.to_str().unwrap());
+    let output = Command::new("node").args(["-e", &script]).output().expect("run node");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "install() accepted ioredis 5.9.9:\n{stderr}");
+    assert!(stderr.contains("ioredis 5.9.9 is not a tested version (tested: 6.0.0)"), "{stderr}");
+}
