@@ -408,7 +408,8 @@ fn cluster_clients_reach_the_key_node_directly() {
     let all: Vec<&Server> = cluster.nodes.iter().collect();
 
     for run in CLUSTER_RUNS {
-        let key = run.name.strip_prefix("ioredis-auto").map_or(format!("rl:{}", run.name), |_| run.name.to_string());
+        // Under the ACL's `rl:*`: given by the caller, or added by the client's prefix.
+        let key = if run.key_prefix.is_empty() { format!("rl:{}", run.name) } else { run.name.to_string() };
         let mut args = vec![url.clone(), key.clone(), CLUSTER_WINDOW_MS.to_string(), LIMIT.to_string(), CLUSTER_CALLS.to_string()];
         args.extend(["--cluster", "--keys", &CLUSTER_KEYS.to_string()].map(String::from));
         args.extend(run.options.iter().map(|o| o.to_string()));
