@@ -7,13 +7,23 @@
 //! loads it and retries when the server answers NOSCRIPT). Both keep the same
 //! sorted set, so the switch changes nothing for the key.
 //!
+//! In cluster mode (`--cluster`, the crate's `ClusterClient`) the crate routes a
+//! command it does not know by its first argument, which is the key of every
+//! XCLOAK command. `--peek` asks `XCLOAK.PEEK` (writes nothing) instead; in
+//! cluster mode it goes to a replica of the key's primary: the client is built
+//! with `read_from_replicas()` (its connections send READONLY) and the call is
+//! routed explicitly with `route_command` (the crate's list of read-only
+//! commands is fixed). With `--keys K`, request i uses the key `KEY:<i mod K>`.
+//!
 //! ```text
-//! cargo run --example ratelimit -- redis://127.0.0.1:6379/ user:42 60000 3 4
+//! cargo run --example ratelimit -- redis://127.0.0.1:6379/ user:42 60000 3 4 [--cluster] [--keys K] [--peek]
 //! 200 RateLimit-Limit: 3 | RateLimit-Remaining: 2 | RateLimit-Reset: 60 | via command
 //! ...
 //! 429 RateLimit-Limit: 3 | RateLimit-Remaining: 0 | RateLimit-Reset: 60 | Retry-After: 60 | via command
 //! ```
 
+use redis::cluster::{ClusterClient, ClusterConnection};
+use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{ConnectionLike, ErrorKind, RedisError, RedisResult, Script};
 
 /// The portable fallback, compiled into the binary.
@@ -69,6 +79,25 @@ impl Default for Limiter {
     }
 }
 
+/// `XCLOAK.PEEK key window limit` on one server.
+pub fn peek(conn: &mut impl ConnectionLike, key: &str, window_ms: u64, limit: u64) -> RedisResult<Details> {
+    Ok(details(peek_cmd(key, window_ms, limit).query(conn)?))
+}
+
+/// `XCLOAK.PEEK` in cluster mode, on a replica of the key's primary (the
+/// primary if the slot has none).
+pub fn peek_replica(conn: &mut ClusterConnection, key: &str, window_ms: u64, limit: u64) -> RedisResult<Details> {
+    let route = Route::new(get_slot(key.as_bytes()), SlotAddr::ReplicaOptional);
+    let reply = conn.route_command(&peek_cmd(key, window_ms, limit), RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)))?;
+    Ok(details(redis::from_redis_value(&reply)?))
+}
+
+fn peek_cmd(key: &str, window_ms: u64, limit: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("XCLOAK.PEEK");
+    cmd.arg(key).arg(window_ms).arg(limit);
+    cmd
+}
+
 fn details(fields: [i64; 5]) -> Details {
     let [allowed, limit, remaining, retry_after_ms, reset_after_ms] = fields;
     Details { allowed: allowed == 1, limit, remaining, retry_after_ms, reset_after_ms }
@@ -97,15 +126,75 @@ pub fn http_decision(details: &Details) -> (u16, Vec<(&'static str, String)>) {
     (429, headers)
 }
 
+/// The command line: URL KEY WINDOW_MS LIMIT CALLS [--cluster] [--keys K] [--peek].
+struct Options {
+    url: String,
+    key: String,
+    window_ms: u64,
+    limit: u64,
+    calls: u64,
+    keys: u64,
+    cluster: bool,
+    peek: bool,
+}
+
+const USAGE: &str = "usage: ratelimit REDIS_URL KEY WINDOW_MS LIMIT CALLS [--cluster] [--keys K] [--peek]";
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let (mut keys, mut cluster, mut peek, mut positional) = (0, false, false, Vec::new());
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--cluster" => cluster = true,
+            "--peek" => peek = true,
+            "--keys" => {
+                keys = args.next().and_then(|k| k.parse().ok()).filter(|&k| k > 0).ok_or("--keys needs a positive integer")?;
+            }
+            _ if arg.starts_with("--") => return Err(format!("unknown option {arg}\n{USAGE}")),
+            _ => positional.push(arg),
+        }
+    }
+    let [url, key, window_ms, limit, calls] = <[String; 5]>::try_from(positional).map_err(|_| USAGE.to_string())?;
+    let number = |name: &str, text: &str| text.parse::<u64>().map_err(|_| format!("{name} must be a non-negative integer, not {text:?}"));
+    Ok(Options {
+        window_ms: number("WINDOW_MS", &window_ms)?,
+        limit: number("LIMIT", &limit)?,
+        calls: number("CALLS", &calls)?,
+        url,
+        key,
+        keys,
+        cluster,
+        peek,
+    })
+}
+
+/// One server, or a cluster (the URL's user and password apply to every node).
+enum Conn {
+    Single(redis::Connection),
+    Cluster(ClusterConnection),
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [url, key, window_ms, limit, calls] = args.as_slice() else {
-        return Err("usage: ratelimit REDIS_URL KEY WINDOW_MS LIMIT CALLS".into());
+    let options = parse_args(std::env::args().skip(1))?;
+    let mut conn = if options.cluster {
+        let mut builder = ClusterClient::builder(vec![options.url.as_str()]);
+        if options.peek {
+            builder = builder.read_from_replicas();
+        }
+        Conn::Cluster(builder.build()?.get_connection()?)
+    } else {
+        Conn::Single(redis::Client::open(options.url.as_str())?.get_connection()?)
     };
-    let mut conn = redis::Client::open(url.as_str())?.get_connection()?;
     let mut limiter = Limiter::new();
-    for _ in 0..calls.parse::<u32>()? {
-        let (details, via) = limiter.check(&mut conn, key, window_ms.parse()?, limit.parse()?)?;
+    let (window_ms, limit) = (options.window_ms, options.limit);
+    for i in 0..options.calls {
+        let key = if options.keys > 0 { format!("{}:{}", options.key, i % options.keys) } else { options.key.clone() };
+        let (details, via) = match (&mut conn, options.peek) {
+            (Conn::Single(c), false) => limiter.check(c, &key, window_ms, limit)?,
+            (Conn::Cluster(c), false) => limiter.check(c, &key, window_ms, limit)?,
+            (Conn::Single(c), true) => (peek(c, &key, window_ms, limit)?, Via::Command),
+            (Conn::Cluster(c), true) => (peek_replica(c, &key, window_ms, limit)?, Via::Command),
+        };
         let (status, headers) = http_decision(&details);
         let headers: Vec<String> = headers.iter().map(|(name, value)| format!("{name}: {value}")).collect();
         let via = if via == Via::Command { "command" } else { "script" };
