@@ -170,15 +170,19 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 
     match command {
         Command::Allow => {
-            let decision = window::allow(&mut key, &request, now_ms, request.details);
-            key.commit(server_ms, request.tiers.longest_window_ms() + TTL_MARGIN_MS);
-            drop(key);
-            let counter = if decision.allowed { &ADMITTED } else { &REJECTED };
-            counter.fetch_add(1, Relaxed);
+            let ttl_ms = request.tiers.longest_window_ms() + TTL_MARGIN_MS;
             if request.details {
+                let decision = window::allow(&mut key, &request, now_ms, true);
+                key.commit(server_ms, ttl_ms);
+                drop(key);
+                count(decision.allowed);
                 reply_details(ctx, &decision, request.tiers.is_tiered());
             } else {
-                unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, decision.allowed as i64) };
+                let allowed = window::admit(&mut key, &request, now_ms);
+                key.commit(server_ms, ttl_ms);
+                drop(key);
+                count(allowed);
+                unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, allowed as i64) };
             }
         }
         Command::Peek => {
@@ -188,6 +192,11 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
             reply_details(ctx, &decision, request.tiers.is_tiered());
         }
     }
+}
+
+fn count(allowed: bool) {
+    let counter = if allowed { &ADMITTED } else { &REJECTED };
+    counter.fetch_add(1, Relaxed);
 }
 
 /// The details reply: allowed, then the binding tier's limit, remaining,

@@ -76,6 +76,22 @@ type LiveCounts = [u64; MAX_TIERS];
 /// `XCLOAK.ALLOW`: trims, decides, and records on admission. The detail fields
 /// are computed only when `details` is set (they cost extra lookups).
 pub fn allow<L: Log>(log: &mut L, request: &Request, now_ms: i64, details: bool) -> Decision {
+    if !details {
+        return bare(request, admit(log, request, now_ms));
+    }
+    let (allowed, live) = decide(log, request, now_ms, true);
+    describe(log, request, now_ms, allowed, allowed, &live)
+}
+
+/// `XCLOAK.ALLOW` without `DETAILS`: the same trim, verdict and record as
+/// [`allow`], with no detail fields to build (the hot path of a plain call).
+pub fn admit<L: Log>(log: &mut L, request: &Request, now_ms: i64) -> bool {
+    decide(log, request, now_ms, false).0
+}
+
+/// Trims by the longest window, counts each tier's live entries (all of them
+/// when `count_all`, else until one tier says no), records on admission.
+fn decide<L: Log>(log: &mut L, request: &Request, now_ms: i64, count_all: bool) -> (bool, LiveCounts) {
     let longest_ms = request.tiers.longest_window_ms();
     log.trim(now_ms - longest_ms);
     let len = log.len();
@@ -85,18 +101,14 @@ pub fn allow<L: Log>(log: &mut L, request: &Request, now_ms: i64, details: bool)
         // After the trim every entry is live in the longest window.
         *count = if tier.window_ms == longest_ms { len } else { len - log.count_expired(now_ms - tier.window_ms) };
         allowed &= fits(*count, tier, request.cost);
-        if !allowed && !details {
+        if !allowed && !count_all {
             break; // the verdict is known; the counts are for DETAILS only
         }
     }
     if allowed {
         log.record(now_ms, request.cost as u64);
     }
-    if details {
-        describe(log, request, now_ms, allowed, allowed, &live)
-    } else {
-        bare(request, allowed)
-    }
+    (allowed, live)
 }
 
 /// `XCLOAK.PEEK`: the decision `allow` would take at `now_ms`, writing nothing.
