@@ -163,7 +163,7 @@ class Server:
         self.dir = tempfile.mkdtemp(prefix="xcloak-bench-")
         self.port = free_port()
         self.log = os.path.join(self.dir, "server.log")
-        modules = ["--loadmodule", MODULE] + (["STORAGE", storage] if storage else [])
+        modules = ["--loadmodule", os.path.abspath(MODULE)] + (["STORAGE", storage] if storage else [])
         if cell:
             modules += ["--loadmodule", cell_module()]
         self.proc = subprocess.Popen(
@@ -626,7 +626,13 @@ def chart_python():
     if os.path.exists(python) and subprocess.run([python, "-c", probe]).returncode == 0:
         return python
     print("bench: installing %s into %s" % (MATPLOTLIB, venv), flush=True)
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    if subprocess.run([sys.executable, "-m", "venv", "--clear", venv]).returncode != 0:
+        # Debian's python3 has no venv module without python3-venv.
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(sudo + ["apt-get", "update", "-qq"], env=env, check=True)
+        subprocess.run(sudo + ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "python3-venv"], env=env, check=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
     subprocess.run([python, "-m", "pip", "install", "--quiet", MATPLOTLIB], check=True)
     return python
 

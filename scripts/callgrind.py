@@ -3,7 +3,11 @@
 of `make bench` on a noisy machine: the same commands, prefill and mix of
 admissions and rejections as section 1 of scripts/bench.py, on a server running under callgrind.
 
-Usage: python3 scripts/callgrind.py [requests-per-command] [--larger|--attack] [--only NAME,...]   (needs valgrind)
+Usage: python3 scripts/callgrind.py [requests-per-command] [--larger|--attack] [--only NAME,...]
+                                    [--cache-sim] [--keep]   (needs valgrind)
+
+--cache-sim also counts simulated first-level and last-level cache misses per
+call; --keep keeps the dumps for callgrind_annotate.
 
 Every row of bench.py's first table: XCLOAK.ALLOW on sorted sets and on
 compact keys (the server is loaded with STORAGE compact, as in `make bench`),
@@ -32,6 +36,18 @@ HANDLERS = {
     "CL.THROTTLE": "RedisModuleCommandDispatcher",  # redis-cell's handler, a module command too
     "INCR": "incrCommand",
 }
+
+
+def inclusive_events(dump, function, events):
+    """Inclusive counts of `events` (e.g. D1mr,DLmr) of `function` in a dump."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", "--show=" + ",".join(events), dump],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        head, _, name = line.rpartition("???:")
+        if name.split()[:1] == [function]:
+            numbers = re.sub(r"\([^)]*\)", " ", head).split()
+            return [int(n.replace(",", "")) for n in numbers[:len(events)]]
+    return [0] * len(events)
 
 
 def inclusive(dump, function):
@@ -69,7 +85,11 @@ def main():
     # calls per key (so the same share of rejections) and the same set sizes.
     bench.KEYS = requests // config["calls"]
     workdir = bench.tempfile.mkdtemp(prefix="xcloak-callgrind-")
-    server = bench.Server(wrapper=["valgrind", "--tool=callgrind", "--callgrind-out-file=%s/cg.out" % workdir])
+    cache_sim = "--cache-sim" in sys.argv
+    wrapper = ["valgrind", "--tool=callgrind", "--callgrind-out-file=%s/cg.out" % workdir]
+    if cache_sim:
+        wrapper.append("--cache-sim=yes")
+    server = bench.Server(wrapper=wrapper)
     pid = server.proc.pid
     try:
         sha = server.client.call("SCRIPT", "LOAD", open(bench.ARTICLE).read())
@@ -100,6 +120,11 @@ def main():
             dump = os.path.join(workdir, max(dumps, key=lambda f: int(f.rsplit(".", 1)[1])))
             results[name] = (inclusive(dump, HANDLERS[name]) / calls, calls, dump)
             print("%-15s %8.0f instructions/call (%d calls, %s)" % (name, results[name][0], calls, HANDLERS[name]), flush=True)
+            if cache_sim:
+                events = ["D1mr", "D1mw", "DLmr", "DLmw", "I1mr"]
+                counts = inclusive_events(dump, HANDLERS[name], events)
+                print("%-15s %s per call" % ("", ", ".join("%s %.1f" % (e, c / calls) for e, c in zip(events, counts))),
+                      flush=True)
     finally:
         server.stop()
     print()
@@ -119,7 +144,10 @@ def main():
             print("under %s's handler (%s), instructions per call:" % (allow, bench.LABEL[allow]))
             for cost, function in breakdown(results[allow][2], results[allow][1]):
                 print("  %8.0f  %s" % (cost, function))
-    bench.shutil.rmtree(workdir, ignore_errors=True)
+    if "--keep" in sys.argv:
+        print("\ndumps kept in %s (callgrind_annotate --inclusive=yes --tree=calling FILE)" % workdir)
+    else:
+        bench.shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

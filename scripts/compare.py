@@ -23,7 +23,7 @@ import bench  # noqa: E402
 
 def measure(module):
     """usec_per_call of XCLOAK.ALLOW, EVALSHA and ZADD on a fresh server running `module`."""
-    bench.MODULE = module
+    bench.MODULE = os.path.abspath(module)  # the server chdirs to its --dir before loading
     # The default form only, no redis-cell: builds from before the compact form load too.
     server = bench.Server(storage=None, cell=False)
     server.storage = lambda form: None
