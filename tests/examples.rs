@@ -278,6 +278,98 @@ fn cluster_clients_without_the_module() {
     }
 }
 
+// ---- Tiers: `--tier WINDOW:LIMIT` and the IETF multi-policy headers,
+// the same lines from every example, through the command and the script.
+
+/// The second tier, one hour; the positional one is WINDOW_MS / LIMIT.
+const TIER: &str = "3600000:5";
+/// Seeded into `KEY:1` before the run: in the hour, out of the minute.
+const SEEDED: i64 = 3;
+const SEEDED_AGO_MS: i64 = 120_000;
+
+/// 7 requests alternating `KEY:0` and `KEY:1` (`--keys 2`), `KEY:1` holding
+/// 3 entries from 2 minutes ago. `KEY:0` fills its minute (3) and is refused
+/// by it: Retry-After within the minute. `KEY:1` fills its hour (3 + 2 = 5)
+/// first and is refused by the hour with room in the minute (r=1): Retry-After
+/// is when the seeded entries leave the hour, about 3480 s. Admitted: every
+/// tier's reset is exactly its window, rounded up (60.2 s: 61). `{a..=b}`:
+/// a number that depends on the milliseconds between requests.
+const TIER_LINES: [&str; 7] = [
+    r#"200 RateLimit-Policy: "60200ms";q=3;w=61, "3600000ms";q=5;w=3600 | RateLimit: "60200ms";r=2;t=61, "3600000ms";r=4;t=3600"#,
+    r#"200 RateLimit-Policy: "60200ms";q=3;w=61, "3600000ms";q=5;w=3600 | RateLimit: "60200ms";r=2;t=61, "3600000ms";r=1;t=3600"#,
+    r#"200 RateLimit-Policy: "60200ms";q=3;w=61, "3600000ms";q=5;w=3600 | RateLimit: "60200ms";r=1;t=61, "3600000ms";r=3;t=3600"#,
+    r#"200 RateLimit-Policy: "60200ms";q=3;w=61, "3600000ms";q=5;w=3600 | RateLimit: "60200ms";r=1;t=61, "3600000ms";r=0;t=3600"#,
+    r#"200 RateLimit-Policy: "60200ms";q=3;w=61, "3600000ms";q=5;w=3600 | RateLimit: "60200ms";r=0;t=61, "3600000ms";r=2;t=3600"#,
+    r#"429 RateLimit-Policy: "60200ms";q=3;w=61, "3600000ms";q=5;w=3600 | RateLimit: "60200ms";r=1;t={1..=61}, "3600000ms";r=0;t={3000..=3600} | Retry-After: {3000..=3480}"#,
+    r#"429 RateLimit-Policy: "60200ms";q=3;w=61, "3600000ms";q=5;w=3600 | RateLimit: "60200ms";r=0;t={1..=61}, "3600000ms";r=2;t={3000..=3600} | Retry-After: {1..=61}"#,
+];
+
+/// Whether `line` is `pattern`, where `{lo..=hi}` stands for an integer in that range.
+fn matches_pattern(line: &str, pattern: &str) -> bool {
+    let mut rest = line;
+    for (i, piece) in pattern.split(['{', '}']).enumerate() {
+        if i % 2 == 0 {
+            let Some(after) = rest.strip_prefix(piece) else { return false };
+            rest = after;
+            continue;
+        }
+        let (lo, hi) = piece.split_once("..=").expect("{lo..=hi}");
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let Ok(n) = rest[..digits].parse::<i64>() else { return false };
+        if !(lo.parse::<i64>().unwrap()..=hi.parse().unwrap()).contains(&n) {
+            return false;
+        }
+        rest = &rest[digits..];
+    }
+    rest.is_empty()
+}
+
+/// Records `SEEDED` entries in `key` stamped `SEEDED_AGO_MS` before the
+/// server's clock, with the same tiers, by the module or by the script.
+fn seed_past_entries(conn: &mut redis::Connection, key: &str, via: &str) {
+    const FALLBACK: &str = include_str!("../src/lua/xcloak_allow.lua");
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    let then = secs * 1000 + micros / 1000 - SEEDED_AGO_MS;
+    let (tier_window, tier_limit) = TIER.split_once(':').unwrap();
+    for _ in 0..SEEDED {
+        let args = [WINDOW_MS.to_string(), LIMIT.to_string(), "TIER".into(), tier_window.into(), tier_limit.into(), "NOW".into(), then.to_string()];
+        let admitted: i64 = if via == "command" {
+            redis::cmd("XCLOAK.ALLOW").arg(key).arg(&args).query(conn).unwrap()
+        } else {
+            redis::Script::new(FALLBACK).key(key).arg(&args).invoke(conn).unwrap()
+        };
+        assert_eq!(admitted, 1, "seeding {key} via {via}");
+    }
+}
+
+/// Every example with `--tier`, against one server with the module and one
+/// without it (the script answers): the same RateLimit-Policy / RateLimit /
+/// Retry-After lines, and rejections recorded nothing. Fails if an example
+/// drops the TIER (the hour never refuses `KEY:1`), reads the wrong field of
+/// the reply, rounds down (60 for 60.2 s) or names the tiers differently.
+#[test]
+fn examples_print_ietf_headers_for_tiers() {
+    let with_module = Server::start();
+    let without = ServerConfig::without_module().start();
+    for lang in [Lang::Rust, Lang::Python, Lang::Node, Lang::Ioredis, Lang::Go] {
+        for (server, via) in [(&with_module, "command"), (&without, "script")] {
+            let key = format!("tiers:{lang:?}");
+            server.with(|c| seed_past_entries(c, &format!("{key}:1"), via));
+            let args = [server.url(), key.clone(), WINDOW_MS.to_string(), LIMIT.to_string(), TIER_LINES.len().to_string()];
+            let args: Vec<String> = args.into_iter().chain(["--keys", "2", "--tier", TIER].map(String::from)).collect();
+            let lines = run_example_with(lang, &args);
+            assert_eq!(lines.len(), TIER_LINES.len(), "{lang:?} via {via}: {lines:#?}");
+            for (i, (line, expected)) in lines.iter().zip(TIER_LINES).enumerate() {
+                let expected = format!("{expected} | via {via}");
+                assert!(matches_pattern(line, &expected), "{lang:?} request {i}:\n got      {line}\n expected {expected}");
+            }
+            // Admitted: 3 on KEY:0; 2 on KEY:1 beside the 3 seeded. Refused: none recorded.
+            let held = server.with(|c| [0, 1].map(|n| entries(c, &format!("{key}:{n}")).len()));
+            assert_eq!(held, [LIMIT as usize, SEEDED as usize + 2], "{lang:?} via {via}");
+        }
+    }
+}
+
 // ---- Every cluster client against one 3+3 cluster, as the documented
 // least-privilege user: exact admissions, no redirection, reads on replicas.
 

@@ -14,7 +14,7 @@
 // XCLOAK.PEEK to replicas.
 //
 //   node ratelimit-ioredis.js redis://127.0.0.1:6379/ user:42 60000 3 4 [--cluster] [--keys K]
-//        [--peek] [--mode call|pipeline|auto] [--key-prefix PREFIX]
+//        [--peek] [--tier WINDOW_MS:LIMIT]... [--mode call|pipeline|auto] [--key-prefix PREFIX]
 //   200 RateLimit-Limit: 3 | RateLimit-Remaining: 2 | RateLimit-Reset: 60 | via command
 //   ...
 //   429 RateLimit-Limit: 3 | RateLimit-Remaining: 0 | RateLimit-Reset: 60 | Retry-After: 60 | via command
@@ -23,14 +23,14 @@
 // with all of that key's requests; auto: every request at once with
 // `enableAutoPipelining`. --peek asks XCLOAK.PEEK instead (writes nothing;
 // with --cluster, `scaleReads: 'slave'` sends it to a replica). --key-prefix
-// sets ioredis's `keyPrefix`.
+// sets ioredis's `keyPrefix`. Each --tier adds `TIER window limit` (see cli.js).
 'use strict';
 
 const fs = require('node:fs');
 const path = require('node:path');
 const Redis = require('ioredis');
 const { install } = require('./xcloak-ioredis');
-const { parseArgs, printDecision, isUnknownCommand } = require('./cli');
+const { parseArgs, tierArgs, printDecision, isUnknownCommand } = require('./cli');
 
 install();
 
@@ -48,36 +48,38 @@ class Limiter {
   }
 
   // Queues one request against `key` on `target` (the client, or a pipeline):
-  // at most `limit` per `windowMs`.
-  send(target, key, windowMs, limit, peek) {
-    if (peek) return target.call('xcloak.peek', key, windowMs, limit);
-    if (this.via === 'command') return target.call('xcloak.allow', key, windowMs, limit, 'DETAILS');
-    return target.xcloakAllowScript(key, windowMs, limit, 'DETAILS');
+  // at most `limit` per `windowMs`, and the limit of each [windowMs, limit]
+  // of `tiers` per its window.
+  send(target, key, windowMs, limit, tiers, peek) {
+    if (peek) return target.call('xcloak.peek', key, windowMs, limit, ...tierArgs(tiers));
+    if (this.via === 'command') return target.call('xcloak.allow', key, windowMs, limit, ...tierArgs(tiers), 'DETAILS');
+    return target.xcloakAllowScript(key, windowMs, limit, ...tierArgs(tiers), 'DETAILS');
   }
 
-  // Resolves to [[allowed, limit, remaining, retryAfterMs, resetAfterMs], via].
-  async check(key, windowMs, limit, peek = false) {
+  // Resolves to [[allowed, limit, remaining, retryAfterMs, resetAfterMs], via];
+  // with tiers, a sixth field: one such array (window first) per tier.
+  async check(key, windowMs, limit, tiers = [], peek = false) {
     const via = this.via;
     try {
-      return [await this.send(this.client, key, windowMs, limit, peek), peek ? 'command' : via];
+      return [await this.send(this.client, key, windowMs, limit, tiers, peek), peek ? 'command' : via];
     } catch (error) {
       if (peek || via === 'script' || !isUnknownCommand(error)) throw error;
       this.via = 'script'; // no module on this server: use the script from now on
-      return this.check(key, windowMs, limit);
+      return this.check(key, windowMs, limit, tiers);
     }
   }
 
   // All of `requests` ([key, ...]) in one pipeline, in order. A pipeline of
   // one key's requests is always on one node; ioredis refuses a pipeline whose
   // keys live on different primaries.
-  async checkPipeline(keys, windowMs, limit, peek = false) {
+  async checkPipeline(keys, windowMs, limit, tiers = [], peek = false) {
     const via = this.via;
     const pipeline = this.client.pipeline();
-    for (const key of keys) this.send(pipeline, key, windowMs, limit, peek);
+    for (const key of keys) this.send(pipeline, key, windowMs, limit, tiers, peek);
     const results = await pipeline.exec();
     if (!peek && via === 'command' && results.some(([error]) => isUnknownCommand(error))) {
       this.via = 'script'; // nothing was written: run them all again through the script
-      return this.checkPipeline(keys, windowMs, limit);
+      return this.checkPipeline(keys, windowMs, limit, tiers);
     }
     return results.map(([error, reply]) => {
       if (error) throw error;
@@ -103,7 +105,7 @@ function connect(options) {
 
 async function main(argv) {
   const options = parseArgs(argv, 'ratelimit-ioredis.js', { '--mode': 'call', '--key-prefix': '' });
-  const { windowMs, limit, calls, peek, keyOf } = options;
+  const { windowMs, limit, tiers, calls, peek, keyOf } = options;
   const client = connect(options);
   client.on('error', (error) => console.error('redis:', error.message));
   try {
@@ -113,10 +115,10 @@ async function main(argv) {
     switch (options['--mode']) {
       case 'call':
         decisions = [];
-        for (const key of requests) decisions.push(await limiter.check(key, windowMs, limit, peek));
+        for (const key of requests) decisions.push(await limiter.check(key, windowMs, limit, tiers, peek));
         break;
       case 'auto':
-        decisions = await Promise.all(requests.map((key) => limiter.check(key, windowMs, limit, peek)));
+        decisions = await Promise.all(requests.map((key) => limiter.check(key, windowMs, limit, tiers, peek)));
         break;
       case 'pipeline': {
         // Request indexes per key, then one pipeline per key.
@@ -124,7 +126,7 @@ async function main(argv) {
         requests.forEach((key, i) => byKey.set(key, [...(byKey.get(key) || []), i]));
         decisions = new Array(calls);
         for (const [key, indexes] of byKey) {
-          const replies = await limiter.checkPipeline(indexes.map(() => key), windowMs, limit, peek);
+          const replies = await limiter.checkPipeline(indexes.map(() => key), windowMs, limit, tiers, peek);
           indexes.forEach((i, n) => (decisions[i] = replies[n]));
         }
         break;

@@ -11,7 +11,7 @@
 // `sendCommand(key, isReadonly, args)` names it. --keys K spreads the requests
 // over KEY:0 .. KEY:K-1; --peek asks XCLOAK.PEEK instead (see cli.js).
 //
-//   node ratelimit.js redis://127.0.0.1:6379/ user:42 60000 3 4 [--cluster] [--keys K] [--peek]
+//   node ratelimit.js redis://127.0.0.1:6379/ user:42 60000 3 4 [--cluster] [--keys K] [--peek] [--tier WINDOW_MS:LIMIT]...
 //   200 RateLimit-Limit: 3 | RateLimit-Remaining: 2 | RateLimit-Reset: 60 | via command
 //   ...
 //   429 RateLimit-Limit: 3 | RateLimit-Remaining: 0 | RateLimit-Reset: 60 | Retry-After: 60 | via command
@@ -20,7 +20,7 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const { createClient, createCluster, defineScript } = require('redis');
-const { parseArgs, printDecision, isUnknownCommand } = require('./cli');
+const { parseArgs, tierArgs, printDecision, isUnknownCommand } = require('./cli');
 
 const FALLBACK_LUA = fs.readFileSync(
   process.env.XCLOAK_LUA || path.join(__dirname, '../../../src/lua/xcloak_allow.lua'),
@@ -31,7 +31,7 @@ const xcloakAllow = defineScript({
   NUMBER_OF_KEYS: 1,
   FIRST_KEY_INDEX: 0, // routes the script by its key in cluster mode
   SCRIPT: FALLBACK_LUA,
-  transformArguments: (key, windowMs, limit) => [key, String(windowMs), String(limit), 'DETAILS'],
+  transformArguments: (key, windowMs, limit, tiers) => [key, String(windowMs), String(limit), ...tierArgs(tiers), 'DETAILS'],
   transformReply: (reply) => reply,
 });
 
@@ -42,14 +42,16 @@ class Limiter {
     this.via = 'command';
   }
 
-  // One request against `key`: at most `limit` per `windowMs`. Resolves to
-  // [[allowed, limit, remaining, retryAfterMs, resetAfterMs], via]. With
-  // `peek`, XCLOAK.PEEK (writes nothing; a replica may answer, see main).
-  async check(key, windowMs, limit, peek = false) {
+  // One request against `key`: at most `limit` per `windowMs`, and at most
+  // the limit of each [windowMs, limit] of `tiers` per its window. Resolves to
+  // [[allowed, limit, remaining, retryAfterMs, resetAfterMs], via], with tiers
+  // a sixth field: one such array (window first) per tier. With `peek`,
+  // XCLOAK.PEEK (writes nothing; a replica may answer, see main).
+  async check(key, windowMs, limit, tiers = [], peek = false) {
     if (peek || this.via === 'command') {
       const args = peek
-        ? ['XCLOAK.PEEK', key, String(windowMs), String(limit)]
-        : ['XCLOAK.ALLOW', key, String(windowMs), String(limit), 'DETAILS'];
+        ? ['XCLOAK.PEEK', key, String(windowMs), String(limit), ...tierArgs(tiers)]
+        : ['XCLOAK.ALLOW', key, String(windowMs), String(limit), ...tierArgs(tiers), 'DETAILS'];
       try {
         const reply = this.cluster
           ? await this.client.sendCommand(key, peek, args) // routed by the key; read-only for PEEK
@@ -60,7 +62,7 @@ class Limiter {
         this.via = 'script'; // no module on this server: use the script from now on
       }
     }
-    return [await this.client.xcloakAllow(key, windowMs, limit), 'script'];
+    return [await this.client.xcloakAllow(key, windowMs, limit, tiers), 'script'];
   }
 }
 
@@ -80,14 +82,14 @@ function connect({ url, cluster, peek }) {
 }
 
 async function main(argv) {
-  const { windowMs, limit, calls, peek, cluster, keyOf, ...options } = parseArgs(argv, 'ratelimit.js');
+  const { windowMs, limit, tiers, calls, peek, cluster, keyOf, ...options } = parseArgs(argv, 'ratelimit.js');
   const client = connect({ ...options, cluster, peek });
   client.on('error', (error) => console.error('redis:', error.message));
   await client.connect();
   try {
     const limiter = new Limiter(client, cluster);
     for (let i = 0; i < calls; i++) {
-      const [details, via] = await limiter.check(keyOf(i), windowMs, limit, peek);
+      const [details, via] = await limiter.check(keyOf(i), windowMs, limit, tiers, peek);
       printDecision(details, via);
     }
   } finally {
