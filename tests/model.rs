@@ -1,9 +1,10 @@
 //! Model-based test: a plain-Rust reference model of the sliding window,
-//! written here from the specification (issues 3 and 12), against the live
-//! XCLOAK.ALLOW / XCLOAK.PEEK over random call sequences with 1 to 4 tiers.
-//! Every field of the reply (the five integers, and with `TIER` the per-tier
-//! array) is compared after every call, and so is the stored log (the scores
-//! of the sorted set).
+//! written here from the specification (issues 3, 12 and 13), against the live
+//! XCLOAK.ALLOW / XCLOAK.PEEK / XCLOAK.REFUND over random call sequences with
+//! 1 to 4 tiers, `STAMP`, and refunds of admitted, expired, partial, doubled
+//! and unknown stamps. Every field of the reply (the five integers, with
+//! `TIER` the per-tier array, with `STAMP` the stamp; a refund's count) is
+//! compared after every call, and so is the stored log, on both storage forms.
 //!
 //! What would fail: a wrong admission rule (cost not all-or-nothing, `<`
 //! instead of `<=`, one tier checked and not the others, a rejected tiered
@@ -11,7 +12,9 @@
 //! `retry_after_ms`'s index, a tier's retry counted over another tier's
 //! entries, a `reset_after_ms` from the oldest instead of the newest entry,
 //! the wrong binding tier, a trim by a shorter window than the longest, PEEK
-//! trimming or recording, ALLOW not trimming, a clock step back losing entries.
+//! trimming or recording, ALLOW not trimming, a clock step back losing entries,
+//! a wrong stamp (or one on a rejection), a refund removing another stamp's
+//! entries, more than its cost, or trimming.
 
 mod common;
 use common::*;
@@ -28,6 +31,8 @@ type TierFields = [i64; 5];
 struct Expected {
     five: [i64; 5],
     tiers: Vec<TierFields>,
+    /// With `STAMP`: the admission's stamp, or -1.
+    stamp: Option<i64>,
 }
 
 /// The specification, executable. `stamps` is every stored entry (sorted),
@@ -54,6 +59,15 @@ impl Model {
         }
         let after: Vec<Vec<i64>> = tiers.iter().map(|&(window, _)| self.live(window, now)).collect();
         reply(tiers, &before, &after, allowed, cost, now)
+    }
+
+    /// REFUND: removes up to `cost` entries stamped exactly `stamp`; nothing else.
+    fn refund(&mut self, stamp: i64, cost: i64) -> i64 {
+        let held = self.stamps.iter().filter(|&&s| s == stamp).count() as i64;
+        let removed = held.min(cost);
+        let first = self.stamps.iter().position(|&s| s == stamp).unwrap_or(0);
+        self.stamps.drain(first..first + removed as usize);
+        removed
     }
 
     fn peek(&self, tiers: &[(i64, i64)], cost: i64, now: i64) -> Expected {
@@ -93,7 +107,8 @@ fn reply(tiers: &[(i64, i64)], before: &[Vec<i64>], after: &[Vec<i64>], allowed:
         (0..tiers.len()).filter(|&i| violated[i]).max_by_key(|&i| (wait(i), std::cmp::Reverse(i))).unwrap()
     };
     let b = fields[binding];
-    Expected { five: [allowed as i64, b[1], b[2], b[3], b[4]], tiers: if tiers.len() > 1 { fields } else { Vec::new() } }
+    let tiers = if tiers.len() > 1 { fields } else { Vec::new() };
+    Expected { five: [allowed as i64, b[1], b[2], b[3], b[4]], tiers, stamp: None }
 }
 
 #[derive(Clone, Debug)]
@@ -108,8 +123,24 @@ enum Step {
     Back(i64),
 }
 
+/// Which stamp a refund names.
+#[derive(Clone, Debug)]
+enum Target {
+    /// One of the stamps earlier ALLOW ... STAMP calls replied (by index,
+    /// modulo their number): admitted, maybe expired or refunded already.
+    Admitted(usize),
+    /// The stamp the previous refund named (a refund made twice).
+    Again,
+    /// A stamp no call used (unless by chance): now minus this.
+    Unknown(i64),
+}
+
 #[derive(Clone, Debug)]
 struct Call {
+    /// Instead of ALLOW/PEEK, `XCLOAK.REFUND key <target> [COST cost]`.
+    refund: Option<Target>,
+    /// `STAMP` on an ALLOW.
+    stamp: bool,
     peek: bool,
     details: bool,
     /// `None`: no COST option (the default, 1).
@@ -165,8 +196,18 @@ fn call() -> impl Strategy<Value = Call> {
         3 => (0..2_000i64).prop_map(Step::Forward),
         1 => (1..5_000i64).prop_map(Step::Back),
     ];
-    (any::<bool>(), any::<bool>(), cost, step, prop::option::weighted(0.05, tiers())).prop_map(
-        |(peek, details, cost, step, new_tiers)| Call {
+    let refund = prop::option::weighted(
+        0.2,
+        prop_oneof![
+            4 => any::<usize>().prop_map(Target::Admitted),
+            1 => Just(Target::Again),
+            1 => (0..3_000i64).prop_map(Target::Unknown),
+        ],
+    );
+    (any::<bool>(), any::<bool>(), cost, step, prop::option::weighted(0.05, tiers()), refund, any::<bool>()).prop_map(
+        |(peek, details, cost, step, new_tiers, refund, stamp)| Call {
+            refund,
+            stamp: stamp && !peek,
             peek: peek && details, // a quarter PEEK, the rest ALLOW with or without DETAILS
             details,
             cost,
@@ -194,13 +235,22 @@ fn command_of(call: &Call, key: &str, tiers: &[(i64, i64)], now: i64) -> redis::
     if call.details && !call.peek {
         command.arg("DETAILS");
     }
+    if call.stamp && !call.peek {
+        command.arg("STAMP");
+    }
     command
 }
 
-/// A details reply as `Expected`: five integers, then the per-tier array if any.
-fn parse_details(value: &redis::Value) -> Result<Expected, TestCaseError> {
+/// A details reply as `Expected`: five integers, then the per-tier array if
+/// any, then the stamp if `stamped`.
+fn parse_details(value: &redis::Value, stamped: bool) -> Result<Expected, TestCaseError> {
     let fail = |what: &str| TestCaseError::fail(format!("{what}: {value:?}"));
     let redis::Value::Array(items) = value else { return Err(fail("not an array")) };
+    let (items, stamp) = match (stamped, items.split_last()) {
+        (true, Some((redis::Value::Int(stamp), rest))) => (rest, Some(*stamp)),
+        (true, _) => return Err(fail("no stamp last")),
+        (false, _) => (&items[..], None),
+    };
     if items.len() != 5 && items.len() != 6 {
         return Err(fail("not 5 or 6 elements"));
     }
@@ -222,7 +272,7 @@ fn parse_details(value: &redis::Value) -> Result<Expected, TestCaseError> {
     } else if items.len() == 6 {
         return Err(fail("the sixth element is not an array"));
     }
-    Ok(Expected { five, tiers })
+    Ok(Expected { five, tiers, stamp })
 }
 
 /// Runs `sequence` on a fresh key, comparing every reply and the stored log.
@@ -230,6 +280,8 @@ fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result
     let mut model = Model::default();
     let mut tiers = sequence.tiers.clone();
     let mut now: i64 = 1_700_000_000_000;
+    // Stamps ALLOW ... STAMP replied (admissions only), and the last refunded one.
+    let (mut admitted, mut last_refund): (Vec<i64>, Option<i64>) = (Vec::new(), None);
     for (i, call) in sequence.calls.iter().enumerate() {
         if let Some(new_tiers) = &call.new_tiers {
             tiers = new_tiers.clone();
@@ -245,6 +297,31 @@ fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result
             Step::Back(ms) => -ms,
         };
         let cost = call.cost.unwrap_or(1);
+        if let Some(target) = &call.refund {
+            let stamp = match target {
+                Target::Admitted(index) if !admitted.is_empty() => admitted[index % admitted.len()],
+                Target::Again => last_refund.unwrap_or(now),
+                Target::Admitted(_) => now,
+                Target::Unknown(back) => (now - back).max(0),
+            };
+            last_refund = Some(stamp);
+            let mut command = redis::cmd("XCLOAK.REFUND");
+            command.arg(key).arg(stamp);
+            if let Some(cost) = call.cost {
+                command.arg("COST").arg(cost);
+            }
+            let ttl_before: i64 = redis::cmd("PTTL").arg(key).query(conn)?;
+            let got: i64 = command.query(conn).map_err(|e| TestCaseError::fail(format!("call {i} failed: {e}")))?;
+            let context = format!("call {i} REFUND {stamp} COST {cost} (now={now})");
+            prop_assert_eq!(got, model.refund(stamp, cost), "{}", context);
+            let ttl_after: i64 = redis::cmd("PTTL").arg(key).query(conn)?;
+            // The sequence PERSISTs after each call: a refund leaves no TTL behind.
+            prop_assert!(ttl_before == -1 || ttl_before == -2, "{}: PTTL {}", context, ttl_before);
+            prop_assert!(ttl_after == -1 || ttl_after == -2, "a refund set a TTL: {} ({})", ttl_after, context);
+            let stored = stored_stamps(conn, key);
+            prop_assert_eq!(&stored, &model.stamps, "stored log after {}", context);
+            continue;
+        }
         // PERSIST in the same MULTI: the key's TTL follows the server clock
         // (window + 1 s), which this test does not model; without it a 1 ms
         // window could expire the key between two calls on a slow machine.
@@ -256,13 +333,20 @@ fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result
             .ignore()
             .query(conn)
             .map_err(|e| TestCaseError::fail(format!("call {i} failed: {e}")))?;
-        let expected = if call.peek { model.peek(&tiers, cost, now) } else { model.allow(&tiers, cost, now) };
+        let mut expected = if call.peek { model.peek(&tiers, cost, now) } else { model.allow(&tiers, cost, now) };
+        if call.stamp {
+            let stamp = if expected.five[0] == 1 { now } else { -1 };
+            expected.stamp = Some(stamp);
+            if stamp >= 0 {
+                admitted.push(stamp);
+            }
+        }
         let context = format!("call {i} {call:?} tiers={tiers:?} now={now}");
         if call.details || call.peek {
-            prop_assert_eq!(parse_details(&got)?, expected, "{}", context);
+            prop_assert_eq!(parse_details(&got, call.stamp)?, expected, "{}", context);
         } else {
-            let flag: i64 = redis::from_redis_value(&got).map_err(|e| TestCaseError::fail(format!("{e}")))?;
-            prop_assert_eq!(flag, expected.five[0], "{}", context);
+            let reply: i64 = redis::from_redis_value(&got).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            prop_assert_eq!(reply, expected.stamp.unwrap_or(expected.five[0]), "{}", context);
         }
         let stored = stored_stamps(conn, key);
         prop_assert_eq!(&stored, &model.stamps, "stored log after {}", context);
@@ -323,18 +407,27 @@ fn the_model_matches_hand_computed_fields() {
     model.allow(&tiers, 1, 0);
     model.allow(&tiers, 1, 10);
     let short_full = model.allow(&tiers, 1, 20);
-    assert_eq!(short_full, Expected { five: [0, 2, 0, 80, 90], tiers: vec![[100, 2, 0, 80, 90], [1000, 3, 1, 0, 990]] });
+    assert_eq!(short_full, Expected { five: [0, 2, 0, 80, 90], tiers: vec![[100, 2, 0, 80, 90], [1000, 3, 1, 0, 990]], stamp: None });
     assert_eq!(model.stamps, [0, 10], "a rejection records nothing in any tier");
     let both_full = model.allow(&tiers, 1, 100);
     assert_eq!(both_full.five, [1, 2, 0, 0, 100], "admitted, both at 0 remaining: the earliest binds");
     let long_full = model.allow(&tiers, 1, 150);
-    assert_eq!(long_full, Expected { five: [0, 3, 0, 850, 950], tiers: vec![[100, 2, 1, 0, 50], [1000, 3, 0, 850, 950]] });
+    assert_eq!(long_full, Expected { five: [0, 3, 0, 850, 950], tiers: vec![[100, 2, 1, 0, 50], [1000, 3, 0, 850, 950]], stamp: None });
     assert_eq!(model.stamps, [0, 10, 100], "trimmed by the longest window only");
     // Both violated: the longest wait binds; a limit below the cost (-1) binds over any wait.
     let both = model.peek(&[(200, 1), (1000, 3)], 1, 150);
     assert_eq!(both.tiers, [[200, 1, 0, 150, 150], [1000, 3, 0, 850, 950]]);
     assert_eq!(both.five, [0, 3, 0, 850, 950]);
     assert_eq!(model.peek(&[(1000, 3), (10, 0)], 1, 150).five, [0, 0, 0, -1, 0]);
+
+    // Refunds: only that stamp, at most the cost, nothing trimmed.
+    assert_eq!(model.refund(10, 5), 1);
+    assert_eq!(model.refund(10, 1), 0, "refunded twice");
+    assert_eq!(model.refund(7, 1), 0, "unknown");
+    model.allow(&[(1000, 9)], 3, 150);
+    assert_eq!(model.refund(150, 2), 2, "partial");
+    assert_eq!(model.stamps, [0, 100, 150]);
+    assert_eq!(model.refund(0, 1), 1, "expired at 1150 but still stored: found");
 }
 
 /// One sequence the generator is meant to reach, pinned: the 128-entry
@@ -347,10 +440,10 @@ fn large_windows_across_the_encoding_change() {
     let mut calls = Vec::new();
     for i in 0..140 {
         let step = if i % 10 == 0 { Step::Forward(7) } else { Step::Zero };
-        calls.push(Call { peek: i % 3 == 0, details: true, cost: Some(1 + i % 3), step, new_tiers: None });
+        calls.push(Call { refund: None, stamp: false, peek: i % 3 == 0, details: true, cost: Some(1 + i % 3), step, new_tiers: None });
     }
-    calls.push(Call { peek: false, details: true, cost: None, step: Step::Back(50), new_tiers: Some(vec![(10_000, 150)]) });
-    calls.push(Call { peek: true, details: true, cost: Some(3), step: Step::WindowPlusOne(0), new_tiers: None });
+    calls.push(Call { refund: None, stamp: false, peek: false, details: true, cost: None, step: Step::Back(50), new_tiers: Some(vec![(10_000, 150)]) });
+    calls.push(Call { refund: None, stamp: false, peek: true, details: true, cost: Some(3), step: Step::WindowPlusOne(0), new_tiers: None });
     let sequence = Sequence { tiers: vec![(10_000, 300), (20, 40), (1_000, 200)], calls };
     check(&mut conn, "model:pinned", &sequence).unwrap();
     let card: usize = redis::cmd("ZCARD").arg("model:pinned").query(&mut conn).unwrap();

@@ -67,6 +67,12 @@ impl Log for VecLog {
         let at = self.0.partition_point(|&s| s <= now_ms);
         self.0.splice(at..at, std::iter::repeat(now_ms).take(cost as usize));
     }
+    fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
+        let end = self.0.partition_point(|&s| s <= stamp_ms);
+        let start = self.0[..end].partition_point(|&s| s < stamp_ms).max(end.saturating_sub(count as usize));
+        self.0.drain(start..end);
+        (end - start) as u64
+    }
 }
 
 const WINDOWS: [i64; 8] = [1, 2, 3, 10, 100, 1000, 86_400_000, MAX_EXACT_MS];
@@ -118,7 +124,7 @@ fuzz_target!(|data: &[u8]| {
         now = (now.saturating_add(step)).clamp(0, MAX_EXACT_MS);
 
         let cost = i64::from(op >> 2) % (smallest_limit + 3) + 1;
-        let request = Request { tiers, cost, now_ms: Some(now), details: op & 1 == 1 };
+        let request = Request { tiers, cost, now_ms: Some(now), details: op & 1 == 1, stamp: false };
         let live_before: Vec<i64> = tiers.iter().map(|t| live(&log, t, now)).collect();
         let fits = tiers.iter().zip(&live_before).all(|(t, &l)| l + cost <= t.limit);
         let before = log.clone();
