@@ -9,7 +9,9 @@ Sections (each on the same server, FLUSHALL between them):
   1. redis-benchmark, pipelined (-P 16 -c 50) and unpipelined (-c 50), random
      keys (-r), sets prefilled to the same size: rps, server CPU per call
      (INFO commandstats usec_per_call after CONFIG RESETSTAT), p50/p99; then
-     larger sets (1b), and an attack mix, one call in ten admitted (1c).
+     larger sets (1b), and an attack mix, one call in ten admitted (1c);
+     then tiers (1d): one 2-tier XCLOAK.ALLOW against two separate calls on
+     two keys, CPU per request and memory per identity.
   2. Entries per key (10 .. 10,000) and 3. keys in the keyspace (1 .. 1,000,000):
      deterministic command streams with NOW, fed with `redis-cli --pipe`, in
      which every admission trims exactly one entry and adds one, so the work
@@ -21,6 +23,8 @@ Sections (each on the same server, FLUSHALL between them):
 Environment: XCLOAK_SERVER (server binary, default redis-server),
 XCLOAK_MODULE (default target/release/libxcloak.so), BENCH_QUICK=1 (smaller
 runs, for trying the script out; the numbers in docs/ come from a full run).
+`python3 scripts/bench.py tiers` runs section 1d alone and prints its table
+(docs/performance.md is left as it is).
 """
 
 import os
@@ -297,6 +301,76 @@ def section_commands(server, sha, config, tag):
 
 
 # --------------------------------------------------------------------------
+# Section 1d: tiers. An API quota of 10 a second and 1,000 an hour, per identity.
+
+TIER_SHORT = (1000, 10)
+TIER_LONG = (3_600_000, 1000)
+TIER_ROUNDS = 1 if QUICK else 3
+
+
+def section_tiers(server):
+    """CPU per request (pipelined, fresh random keys, about 10 calls per key
+    within a few seconds, so the per-second tier rejects some) of one 2-tier
+    call against the two separate calls on two keys users make today (one
+    redis-benchmark run each, their usec_per_call summed); then memory per
+    identity once an hour's quota is used (1,000 admissions 100 ms apart)."""
+    (short_ms, short_limit), (long_ms, long_limit) = TIER_SHORT, TIER_LONG
+    requests = KEYS * 10
+    tiered, separate = [], []
+    for round_ in range(TIER_ROUNDS):
+        argv = ["XCLOAK.ALLOW", "t%d:__rand_int__" % round_, str(short_ms), str(short_limit), "TIER", str(long_ms), str(long_limit)]
+        tiered.append(benchmark_once(server, "2-tier", "xcloak.allow", argv, True, requests))
+        both = [benchmark_once(server, "separate", "xcloak.allow",
+                               ["XCLOAK.ALLOW", "%s%d:__rand_int__" % (prefix, round_), str(window), str(limit)], True, requests)
+                for prefix, (window, limit) in (("s", TIER_SHORT), ("h", TIER_LONG))]
+        separate.append((min(r[0] for r in both), both[0][3] + both[1][3], both[0][4] + both[1][4]))
+        print("  round %d  2-tier %6.2f usec/request (process %5.2f); two calls %6.2f usec/request (process %5.2f)" % (
+            round_ + 1, tiered[-1][3], tiered[-1][4], separate[-1][1], separate[-1][2]), flush=True)
+        server.client.call("FLUSHALL")
+    t0 = BASE_MS
+    server.pipe(encode("XCLOAK.ALLOW", "mt", short_ms, short_limit, "TIER", long_ms, long_limit, "NOW", t0 + 100 * j)
+                for j in range(long_limit))
+    server.pipe(encode("XCLOAK.ALLOW", key, window, limit, "NOW", t0 + 100 * j)
+                for j in range(long_limit) for key, (window, limit) in (("ms", TIER_SHORT), ("mh", TIER_LONG)))
+    usage = lambda key: server.client.call("MEMORY", "USAGE", key, "SAMPLES", 0)
+    memory = (usage("mt"), usage("ms") + usage("mh"), server.client.call("ZCARD", "mt"),
+              server.client.call("ZCARD", "ms") + server.client.call("ZCARD", "mh"))
+    print("  memory per identity: 2-tier %d B (%d entries), two keys %d B (%d entries)" % (
+        memory[0], memory[2], memory[1], memory[3]), flush=True)
+    server.client.call("FLUSHALL")
+    median = lambda rows, i: statistics.median(row[i] for row in rows)
+    return dict(tiered=(median(tiered, 3), median(tiered, 4)), separate=(median(separate, 1), median(separate, 2)),
+                memory=memory, requests=requests)
+
+
+def tiers_table(w, tiers):
+    (short_ms, short_limit), (long_ms, long_limit) = TIER_SHORT, TIER_LONG
+    w("An API quota of %d a second and %d an hour per identity: one call with `TIER`, against the two "
+      "calls on two keys users make today (a per-second key and a per-hour key). %d pipelined requests "
+      "per run over %d fresh keys (`-P %d -c %d -r %d`), median of %d round(s); for the two calls, the "
+      "CPU of both runs is added (one request = one call on each key). Memory: one identity after %d "
+      "admissions 100 ms apart (`MEMORY USAGE`, sorted sets)." % (
+          short_limit, long_limit, tiers["requests"], KEYS, PIPELINE, CLIENTS, KEYS, TIER_ROUNDS, long_limit))
+    w("")
+    w("```")
+    w("redis-benchmark ... -P %d XCLOAK.ALLOW t:__rand_int__ %d %d TIER %d %d" % (PIPELINE, short_ms, short_limit, long_ms, long_limit))
+    w("redis-benchmark ... -P %d XCLOAK.ALLOW s:__rand_int__ %d %d   (then h:__rand_int__ %d %d)" % (
+        PIPELINE, short_ms, short_limit, long_ms, long_limit))
+    w("```")
+    w("")
+    w("| | usec_per_call per request | server process CPU usec/request | memory per identity | entries |")
+    w("|---|---|---|---|---|")
+    t, s, m = tiers["tiered"], tiers["separate"], tiers["memory"]
+    w("| XCLOAK.ALLOW with TIER, one key | %.2f | %.2f | %d B | %d |" % (t[0], t[1], m[0], m[2]))
+    w("| two XCLOAK.ALLOW, two keys | %.2f | %.2f | %d B | %d |" % (s[0], s[1], m[1], m[3]))
+    w("")
+    w("Ratios, two calls / one 2-tier call: CPU %.2fx, process CPU %.2fx, memory %.2fx. The 2-tier call is "
+      "also all or nothing: a rejection by either tier consumes neither, which two calls cannot do." % (
+          s[0] / t[0], s[1] / t[1], m[1] / m[0]))
+    w("")
+
+
+# --------------------------------------------------------------------------
 # Sections 2 and 3: steady-state streams with NOW.
 
 ENTRY_ROUNDS = 1 if QUICK else 5  # entries per key: rounds in which the sizes take turns
@@ -508,7 +582,7 @@ def ratios(cmds):
     return e[1] / a[1], a[0] / e[0], a[1] / z[1], e[7] / a[7], a[7] / z[7]
 
 
-def report(m, cmds, larger, attack, entries, keyspace, million, memory, seconds):
+def report(m, cmds, larger, attack, tiers, entries, keyspace, million, memory, seconds):
     def get(name, pipelined):
         return cmds[(name, pipelined)]
 
@@ -592,6 +666,9 @@ def report(m, cmds, larger, attack, entries, keyspace, million, memory, seconds)
       "XCLOAK.ALLOW / EVALSHA %.2fx; CPU XCLOAK.ALLOW / ZADD %.2fx." % (
           100 * attack[("XCLOAK.ALLOW", True)][6], r_eval, r_rps, r_zadd))
     w("")
+    w("## Tiers: one call against two")
+    w("")
+    tiers_table(w, tiers)
     w("## Entries per key")
     w("")
     w("%s keys held at a fixed number of live entries by a stream with `NOW` (fed with `redis-cli --pipe`): "
@@ -656,6 +733,8 @@ def main():
         larger = section_commands(server, sha, LARGER, "L")
         print("1c. an attack: most calls rejected", flush=True)
         attack = section_commands(server, sha, ATTACK, "A")
+        print("1d. tiers: one 2-tier call against two calls on two keys", flush=True)
+        tiers = section_tiers(server)
         print("2. entries per key", flush=True)
         entries = section_entries(server)
         print("3. keys in the keyspace", flush=True)
@@ -666,7 +745,7 @@ def main():
         memory = section_memory(server, sha)
     finally:
         server.stop()
-    text, targets = report(m, cmds, larger, attack, entries, keyspace, million, memory, time.time() - started)
+    text, targets = report(m, cmds, larger, attack, tiers, entries, keyspace, million, memory, time.time() - started)
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     # Only the generated part is replaced: what the file says around it
     # (profiles, the optimisation log) is kept.
@@ -683,5 +762,26 @@ def main():
     print("wrote %s" % os.path.relpath(OUT, ROOT))
 
 
+def main_tiers():
+    """`scripts/bench.py tiers`: section 1d alone, printed, docs untouched."""
+    if not os.path.exists(MODULE):
+        sys.exit("bench: no module at %s (run `make build`)" % MODULE)
+    server = Server()
+    try:
+        m = machine(server)
+        print("xcloak bench, tiers only: %s on %d CPUs (%s), port %d, commit %s" % (
+            m["server"], m["nproc"], m["cpu"], server.port, m["commit"]), flush=True)
+        tiers = section_tiers(server)
+    finally:
+        server.stop()
+    lines = []
+    tiers_table(lines.append, tiers)
+    print()
+    print("\n".join(lines))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["tiers"]:
+        main_tiers()
+    else:
+        main()
