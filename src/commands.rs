@@ -27,9 +27,10 @@ pub static ERRORS: AtomicU64 = AtomicU64::new(0);
 pub static CONVERTED: AtomicU64 = AtomicU64::new(0);
 /// Entries removed by XCLOAK.REFUND.
 pub static REFUNDED: AtomicU64 = AtomicU64::new(0);
-/// The most arguments a valid call has: name key window limit, 15 times
-/// TIER window limit, COST c NOW t DETAILS STAMP.
-const MAX_VALID_ARGC: usize = 4 + (args::MAX_TIERS - 1) * 3 + 6;
+/// Arguments read into a buffer on the stack; a longer call (three tiers or
+/// more with every option) reads them into a Vec. 16 holds name key window
+/// limit, two TIERs, COST c NOW t DETAILS STAMP.
+const STACK_WORDS: usize = 16;
 
 /// `XCLOAK.ALLOW key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [DETAILS] [STAMP]`
 pub extern "C" fn allow(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
@@ -161,7 +162,7 @@ fn guarded(ctx: *mut raw::RedisModuleCtx, body: impl FnOnce()) -> c_int {
 
 fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int, command: Command) {
     let strings = arguments(argv, argc);
-    let mut words: [&[u8]; MAX_VALID_ARGC + 1] = [&[]; MAX_VALID_ARGC + 1];
+    let mut words: [&[u8]; STACK_WORDS] = [&[]; STACK_WORDS];
     let heap: Vec<&[u8]>;
     let words: &[&[u8]] = if strings.len() <= words.len() {
         for (word, &string) in words.iter_mut().zip(strings) {
@@ -198,19 +199,24 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 
     match command {
         Command::Allow => {
-            let decision = window::allow(&mut key, &request, now_ms, request.details);
+            let (allowed, decision) = if request.details {
+                let decision = window::allow(&mut key, &request, now_ms);
+                (decision.allowed, Some(decision))
+            } else {
+                (window::admit(&mut key, &request, now_ms), None)
+            };
             key.commit(server_ms, request.tiers.longest_window_ms() + TTL_MARGIN_MS);
             drop(key);
-            let counter = if decision.allowed { &ADMITTED } else { &REJECTED };
+            let counter = if allowed { &ADMITTED } else { &REJECTED };
             counter.fetch_add(1, Relaxed);
             // STAMP: the millisecond this admission recorded, the handle a
             // refund names; -1 for a rejection.
-            let stamp = request.stamp.then_some(if decision.allowed { now_ms } else { -1 });
-            if request.details {
-                reply_details(ctx, &decision, request.tiers.is_tiered(), stamp);
-            } else {
-                let reply = stamp.unwrap_or(decision.allowed as i64);
-                unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, reply) };
+            let stamp = request.stamp.then_some(if allowed { now_ms } else { -1 });
+            match decision {
+                Some(decision) => reply_details(ctx, &decision, request.tiers.is_tiered(), stamp),
+                None => {
+                    unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, stamp.unwrap_or(allowed as i64)) };
+                }
             }
         }
         Command::Peek => {

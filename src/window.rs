@@ -84,30 +84,41 @@ pub fn refund<L: Log>(log: &mut L, stamp_ms: i64, cost: i64) -> u64 {
 /// Live entries per tier, indexed like the request's tiers.
 type LiveCounts = [u64; MAX_TIERS];
 
-/// `XCLOAK.ALLOW`: trims, decides, and records on admission. The detail fields
-/// are computed only when `details` is set (they cost extra lookups).
-pub fn allow<L: Log>(log: &mut L, request: &Request, now_ms: i64, details: bool) -> Decision {
+/// `XCLOAK.ALLOW` without `DETAILS`: trims, decides, and records on
+/// admission; the verdict only (no detail lookups, nothing else built).
+pub fn admit<L: Log>(log: &mut L, request: &Request, now_ms: i64) -> bool {
+    trim_and_record(log, request, now_ms, None)
+}
+
+/// `XCLOAK.ALLOW ... DETAILS`: as [`admit`], with every tier's fields.
+pub fn allow<L: Log>(log: &mut L, request: &Request, now_ms: i64) -> Decision {
+    let mut live: LiveCounts = [0; MAX_TIERS];
+    let allowed = trim_and_record(log, request, now_ms, Some(&mut live));
+    describe(log, request, now_ms, allowed, allowed, &live)
+}
+
+/// Trims by the longest window, counts each tier, and records on admission.
+/// With `live`, fills in each tier's count before recording; without it,
+/// stops counting at the first tier without room (the verdict is known).
+fn trim_and_record<L: Log>(log: &mut L, request: &Request, now_ms: i64, mut live: Option<&mut LiveCounts>) -> bool {
     let longest_ms = request.tiers.longest_window_ms();
     log.trim(now_ms - longest_ms);
     let len = log.len();
-    let mut live: LiveCounts = [0; MAX_TIERS];
     let mut allowed = true;
-    for (count, tier) in live.iter_mut().zip(request.tiers.iter()) {
+    for (i, tier) in request.tiers.iter().enumerate() {
         // After the trim every entry is live in the longest window.
-        *count = if tier.window_ms == longest_ms { len } else { len - log.count_expired(now_ms - tier.window_ms) };
-        allowed &= fits(*count, tier, request.cost);
-        if !allowed && !details {
-            break; // the verdict is known; the counts are for DETAILS only
+        let count = if tier.window_ms == longest_ms { len } else { len - log.count_expired(now_ms - tier.window_ms) };
+        allowed &= fits(count, tier, request.cost);
+        match live.as_deref_mut() {
+            Some(live) => live[i] = count,
+            None if !allowed => break,
+            None => {}
         }
     }
     if allowed {
         log.record(now_ms, request.cost as u64);
     }
-    if details {
-        describe(log, request, now_ms, allowed, allowed, &live)
-    } else {
-        bare(request, allowed)
-    }
+    allowed
 }
 
 /// `XCLOAK.PEEK`: the decision `allow` would take at `now_ms`, writing nothing.
@@ -261,7 +272,7 @@ pub(crate) mod tests {
     fn admits_up_to_the_limit_then_rejects() {
         let mut log = VecLog::default();
         let r = request(1000, 3, 1);
-        let allowed: Vec<bool> = (0..5).map(|i| allow(&mut log, &r, 100 + i, true).allowed).collect();
+        let allowed: Vec<bool> = (0..5).map(|i| allow(&mut log, &r, 100 + i).allowed).collect();
         assert_eq!(allowed, [true, true, true, false, false]);
         assert_eq!(log.0, [100, 101, 102]);
     }
@@ -270,25 +281,25 @@ pub(crate) mod tests {
     fn window_slides_entry_by_entry() {
         let mut log = VecLog::default();
         let r = request(1000, 2, 1);
-        assert!(allow(&mut log, &r, 0, false).allowed);
-        assert!(allow(&mut log, &r, 500, false).allowed);
+        assert!(admit(&mut log, &r, 0));
+        assert!(admit(&mut log, &r, 500));
         // At 999 the entry from 0 is still live (0 > 999 - 1000).
-        assert!(!allow(&mut log, &r, 999, false).allowed);
+        assert!(!admit(&mut log, &r, 999));
         // At 1000 it leaves (0 <= 1000 - 1000), the one from 500 stays.
-        assert!(allow(&mut log, &r, 1000, false).allowed);
+        assert!(admit(&mut log, &r, 1000));
         assert_eq!(log.0, [500, 1000]);
-        assert!(!allow(&mut log, &r, 1499, false).allowed);
+        assert!(!admit(&mut log, &r, 1499));
     }
 
     #[test]
     fn details_fields() {
         let mut log = VecLog::default();
         let r = request(1000, 3, 1);
-        let first = allow(&mut log, &r, 100, true);
+        let first = allow(&mut log, &r, 100);
         assert_eq!(five(&first), [1, 3, 2, 0, 1000]);
-        allow(&mut log, &r, 200, true);
-        allow(&mut log, &r, 300, true);
-        let rejected = allow(&mut log, &r, 400, true);
+        allow(&mut log, &r, 200);
+        allow(&mut log, &r, 300);
+        let rejected = allow(&mut log, &r, 400);
         // The entry from 100 must leave: at 1100, 700 ms from now; empty at 1300.
         assert_eq!(five(&rejected), [0, 3, 0, 700, 900]);
         // A cost of 2 needs the two oldest gone: the one from 200 leaves at 1200.
@@ -300,10 +311,10 @@ pub(crate) mod tests {
     #[test]
     fn cost_is_all_or_nothing() {
         let mut log = VecLog::default();
-        assert!(allow(&mut log, &request(10, 5, 3), 0, false).allowed);
-        assert!(!allow(&mut log, &request(10, 5, 3), 1, false).allowed);
+        assert!(admit(&mut log, &request(10, 5, 3), 0));
+        assert!(!admit(&mut log, &request(10, 5, 3), 1));
         assert_eq!(log.len(), 3);
-        assert!(allow(&mut log, &request(10, 5, 2), 1, false).allowed);
+        assert!(admit(&mut log, &request(10, 5, 2), 1));
         assert_eq!(log.0, [0, 0, 0, 1, 1]);
     }
 
@@ -313,7 +324,7 @@ pub(crate) mod tests {
         let r = request(10, 3, 1);
         let looked = peek(&log, &r, 12);
         assert_eq!(log.0, [0, 5, 9]);
-        let done = allow(&mut log, &r, 12, true);
+        let done = allow(&mut log, &r, 12);
         assert_eq!(looked.allowed, done.allowed);
         assert_eq!(looked.binding().retry_after_ms, done.binding().retry_after_ms);
         assert_eq!(looked.binding().remaining, done.binding().remaining + 1, "allow consumed one");
@@ -322,7 +333,7 @@ pub(crate) mod tests {
     #[test]
     fn limit_zero_rejects_and_empty_window_resets_to_zero() {
         let mut log = VecLog::default();
-        let d = allow(&mut log, &request(10, 0, 1), 5, true);
+        let d = allow(&mut log, &request(10, 0, 1), 5);
         assert_eq!(five(&d), [0, 0, 0, -1, 0]);
         assert_eq!(log.len(), 0);
     }
@@ -331,10 +342,10 @@ pub(crate) mod tests {
     fn clock_stepping_back_never_gives_negative_waits() {
         let mut log = VecLog::default();
         let r = request(100, 2, 1);
-        allow(&mut log, &r, 1000, true);
-        allow(&mut log, &r, 1050, true);
+        allow(&mut log, &r, 1000);
+        allow(&mut log, &r, 1050);
         // The clock steps back 500 ms: both entries are still live (in the future).
-        let d = allow(&mut log, &r, 500, true);
+        let d = allow(&mut log, &r, 500);
         assert!(!d.allowed);
         assert!(d.binding().retry_after_ms > 0 && d.binding().reset_after_ms > 0, "{d:?}");
         assert_eq!(log.0, [1000, 1050], "nothing lost");
@@ -345,25 +356,25 @@ pub(crate) mod tests {
         // 2 per 100 ms and 3 per 1000 ms.
         let mut log = VecLog::default();
         let r = tiered(&[(100, 2), (1000, 3)], 1);
-        assert!(allow(&mut log, &r, 0, false).allowed);
-        assert!(allow(&mut log, &r, 10, false).allowed);
+        assert!(admit(&mut log, &r, 0));
+        assert!(admit(&mut log, &r, 10));
         // The short tier is full: rejected, and nothing recorded in any tier.
-        let d = allow(&mut log, &r, 20, true);
+        let d = allow(&mut log, &r, 20);
         assert_eq!(per_tier(&d), [[100, 2, 0, 80, 90], [1000, 3, 1, 0, 990]]);
         assert_eq!((d.allowed, d.binding), (false, 0));
         assert_eq!(log.0, [0, 10]);
         // At 100 the short tier has room again; one log entry serves both.
-        let d = allow(&mut log, &r, 100, true);
+        let d = allow(&mut log, &r, 100);
         assert_eq!(per_tier(&d), [[100, 2, 0, 0, 100], [1000, 3, 0, 0, 1000]]);
         assert_eq!(five(&d), [1, 2, 0, 0, 100], "admitted, both full: the earliest binds");
         assert_eq!(log.0, [0, 10, 100]);
         // Now the long tier is full, the short one is not.
-        let d = allow(&mut log, &r, 150, true);
+        let d = allow(&mut log, &r, 150);
         assert_eq!(per_tier(&d), [[100, 2, 1, 0, 50], [1000, 3, 0, 850, 950]]);
         assert_eq!(five(&d), [0, 3, 0, 850, 950]);
         // The trim follows the longest window: 0 and 10 stay while live there.
         assert_eq!(log.0, [0, 10, 100]);
-        allow(&mut log, &r, 1005, false);
+        admit(&mut log, &r, 1005);
         assert_eq!(log.0, [10, 100, 1005]);
     }
 
@@ -392,7 +403,7 @@ pub(crate) mod tests {
     fn an_admission_is_bound_by_the_fewest_remaining() {
         let mut log = VecLog::default();
         let r = tiered(&[(1000, 10), (60_000, 5), (60_000, 5)], 2);
-        let d = allow(&mut log, &r, 0, true);
+        let d = allow(&mut log, &r, 0);
         assert_eq!(per_tier(&d), [[1000, 10, 8, 0, 1000], [60_000, 5, 3, 0, 60_000], [60_000, 5, 3, 0, 60_000]]);
         assert_eq!(d.binding, 1, "ties: the earliest");
         assert_eq!(five(&d), [1, 5, 3, 0, 60_000]);
@@ -432,9 +443,9 @@ pub(crate) mod tests {
         let r = tiered(&[(100, 2), (1000, 3), (30, 1)], 1);
         let (mut plain, mut detailed) = (VecLog::default(), VecLog::default());
         for now in [0, 5, 10, 40, 80, 120, 200, 260, 900, 1100, 1101, 1150] {
-            let a = allow(&mut plain, &r, now, false);
-            let b = allow(&mut detailed, &r, now, true);
-            assert_eq!(a.allowed, b.allowed, "at {now}");
+            let a = admit(&mut plain, &r, now);
+            let b = allow(&mut detailed, &r, now);
+            assert_eq!(a, b.allowed, "at {now}");
             assert_eq!(plain.0, detailed.0, "at {now}");
         }
     }
@@ -443,12 +454,12 @@ pub(crate) mod tests {
     fn a_refund_removes_only_its_stamp_and_at_most_its_cost() {
         let mut log = VecLog::default();
         let r = request(1000, 5, 2);
-        assert!(allow(&mut log, &r, 100, false).allowed);
-        assert!(allow(&mut log, &r, 200, false).allowed);
-        assert!(!allow(&mut log, &request(1000, 5, 2), 300, false).allowed, "4 + 2 > 5");
+        assert!(admit(&mut log, &r, 100));
+        assert!(admit(&mut log, &r, 200));
+        assert!(!admit(&mut log, &request(1000, 5, 2), 300), "4 + 2 > 5");
         assert_eq!(refund(&mut log, 100, 1), 1, "a partial refund");
         assert_eq!(log.0, [100, 200, 200]);
-        assert!(allow(&mut log, &r, 300, false).allowed, "the refunded unit is free again");
+        assert!(admit(&mut log, &r, 300), "the refunded unit is free again");
         assert_eq!(refund(&mut log, 200, 5), 2, "never more than the stamp holds");
         assert_eq!(refund(&mut log, 250, 1), 0, "an unknown stamp removes nothing");
         assert_eq!(log.0, [100, 300, 300]);

@@ -134,36 +134,39 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(log, before, "PEEK wrote");
             check_fields(&d, &request, &live_before, &live_before);
             let mut copy = log.clone();
-            let a = window::allow(&mut copy, &request, now, true);
+            let a = window::allow(&mut copy, &request, now);
             assert_eq!((a.allowed, a.binding().retry_after_ms), (d.allowed, d.binding().retry_after_ms), "PEEK disagrees with ALLOW");
             check_waits(&log, &request, now, &d);
             continue;
         }
 
-        let d = window::allow(&mut log, &request, now, request.details);
+        let (allowed, d) = if request.details {
+            let d = window::allow(&mut log, &request, now);
+            (d.allowed, Some(d))
+        } else {
+            (window::admit(&mut log, &request, now), None)
+        };
         // No live entry lost; exactly `cost` entries at `now` on admission.
         let mut expected: Vec<i64> = before.0.iter().copied().filter(|&s| s > now - longest_ms).collect();
-        if d.allowed {
+        if allowed {
             expected.extend(std::iter::repeat(now).take(cost as usize));
             expected.sort_unstable();
             admitted.extend(std::iter::repeat(now).take(cost as usize));
         }
         assert_eq!(log.0, expected, "log after ALLOW at {now} (longest window {longest_ms})");
-        assert_eq!(d.allowed, fits, "decision");
-        let added = if d.allowed { cost } else { 0 };
+        assert_eq!(allowed, fits, "decision");
+        let added = if allowed { cost } else { 0 };
         let live_after: Vec<i64> = live_before.iter().map(|l| l + added).collect();
-        if d.allowed {
+        if allowed {
             for (tier, &l) in tiers.iter().zip(&live_after) {
                 assert!(l <= tier.limit, "admitted past the limit: {l} > {}", tier.limit);
             }
         }
-        if request.details {
-            check_fields(&d, &request, &live_before, &live_after);
-            check_waits(&log, &request, now, &d);
-        } else {
-            assert_eq!(d.binding().limit, tiers[d.binding].limit);
+        if let Some(d) = &d {
+            check_fields(d, &request, &live_before, &live_after);
+            check_waits(&log, &request, now, d);
         }
-        if !may_step_back && d.allowed {
+        if !may_step_back && allowed {
             for tier in tiers.iter() {
                 let inside = admitted.iter().filter(|&&s| s > now - tier.window_ms && s <= now).count() as i64;
                 assert!(inside <= tier.limit, "{inside} admitted in ({}, {now}] with limit {}", now - tier.window_ms, tier.limit);
