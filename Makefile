@@ -78,14 +78,19 @@ dist-check: dist
 dist-repro:
 	@scripts/dist-repro.sh
 
-# Python (redis-py) and Node (node-redis) deps of docs/examples/, into their
-# git-ignored folders; tests/examples.rs runs this itself when they are missing.
+# Python (redis-py), Node (node-redis, ioredis) and Go (redigo, redisc; Debian
+# packages) deps of docs/examples/, the first two into their git-ignored folders;
+# tests/examples.rs runs this itself when they are missing.
 example-deps:
 	@scripts/example-deps.sh
 
-# The benchmark behind docs/performance.md: XCLOAK.ALLOW against the article's script,
-# ZADD and INCR on one fresh server (free loopback port), then entries-per-key,
-# keyspace and 1,000,000-key runs; prints the tables and rewrites docs/performance.md.
+# The benchmark behind docs/performance.md: XCLOAK.ALLOW on sorted sets and on
+# compact keys against the article's script, ZADD, redis-cell's CL.THROTTLE and
+# INCR on one fresh server (free loopback port), then entries-per-key, keyspace,
+# 1,000,000-key and memory runs; prints the targets (PASS/FAIL), rewrites
+# docs/performance.md and draws docs/performance-memory.png. redis-cell 0.2.2 is
+# built from crates.io and matplotlib (pinned) installed into a venv, both under
+# ~/.cache/xcloak-bench (scripts/fetch-redis-cell.sh, scripts/chart.py).
 .PHONY: bench
 bench: build
 	@scripts/ensure-deps.sh python3

@@ -1,27 +1,37 @@
 #!/usr/bin/env python3
-"""`make bench`: XCLOAK.ALLOW against the article's script, a bare ZADD and INCR.
+"""`make bench`: XCLOAK.ALLOW (sorted-set and compact forms) against the
+article's script, a bare ZADD, redis-cell's CL.THROTTLE and INCR.
 
 One run, one freshly started server (a free loopback port, the module from
-target/release), the same keyspace and pipelining for every command. Prints
-the tables and the ratios, and writes docs/performance.md.
+target/release loaded with `STORAGE compact`, and redis-cell 0.2.2 built from
+crates.io by scripts/fetch-redis-cell.sh into ~/.cache/xcloak-bench), the
+same keyspace and pipelining for every command. `CONFIG SET xcloak.storage
+zset|compact` before a command's keys are created picks their form; TYPE on
+sample keys checks it. Prints the tables, the targets with PASS/FAIL, writes
+docs/performance.md and draws docs/performance-memory.png (scripts/chart.py,
+with a pinned matplotlib in a venv under ~/.cache/xcloak-bench).
 
 Sections (each on the same server, FLUSHALL between them):
   1. redis-benchmark, pipelined (-P 16 -c 50) and unpipelined (-c 50), random
-     keys (-r), sets prefilled to the same size: rps, server CPU per call
+     keys (-r), windows prefilled to the same size: rps, server CPU per call
      (INFO commandstats usec_per_call after CONFIG RESETSTAT), p50/p99; then
-     larger sets (1b), and an attack mix, one call in ten admitted (1c);
+     larger windows (1b), and an attack mix, one call in ten admitted (1c);
      then tiers (1d): one 2-tier XCLOAK.ALLOW against two separate calls on
-     two keys, CPU per request and memory per identity.
-  2. Entries per key (10 .. 10,000) and 3. keys in the keyspace (1 .. 1,000,000):
+     two keys, CPU per request and memory per identity, on both forms.
+  2. Entries per key (sorted sets 10 .. 10,000; compact keys 10 .. 1,000,000)
+     and 3. keys in the keyspace (1 .. 1,000,000):
      deterministic command streams with NOW, fed with `redis-cli --pipe`, in
      which every admission trims exactly one entry and adds one, so the work
      per call is the same at every size; only the size changes.
   4. 1,000,000 distinct keys (one per client address): used_memory, and all
      of it returned once the window passes.
-  5. Memory per tracked request (MEMORY USAGE) against the script's layout.
+  5. Memory per tracked request (MEMORY USAGE), both forms and the script's layout.
+  6. Memory per identity (window 60 s filled to its limit, limits 10 .. 10,000):
+     the script, both forms, redis-cell; drawn as the chart.
 
 Environment: XCLOAK_SERVER (server binary, default redis-server),
-XCLOAK_MODULE (default target/release/libxcloak.so), BENCH_QUICK=1 (smaller
+XCLOAK_MODULE (default target/release/libxcloak.so), XCLOAK_CELL_MODULE
+(a redis-cell build instead of the cached one), BENCH_QUICK=1 (smaller
 runs, for trying the script out; the numbers in docs/ come from a full run).
 `python3 scripts/bench.py tiers` runs section 1d alone and prints its table
 (docs/performance.md is left as it is).
@@ -136,15 +146,33 @@ def free_port():
         return s.getsockname()[1]
 
 
+def cell_module():
+    """redis-cell 0.2.2 (CL.THROTTLE), built from crates.io into a cache outside
+    the repository by scripts/fetch-redis-cell.sh (XCLOAK_CELL_MODULE: another build)."""
+    path = os.environ.get("XCLOAK_CELL_MODULE")
+    if path:
+        return path
+    out = subprocess.run([os.path.join(ROOT, "scripts/fetch-redis-cell.sh")], stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0 or not out.stdout.strip():
+        sys.exit("bench: could not build redis-cell (scripts/fetch-redis-cell.sh)")
+    return out.stdout.strip().splitlines()[-1]
+
+
 class Server:
-    def __init__(self, wrapper=()):
+    """One server with the module loaded with `STORAGE compact` (so both forms
+    can be created: `CONFIG SET xcloak.storage zset|compact` picks the form of
+    the keys created next) and, with `cell`, redis-cell beside it."""
+
+    def __init__(self, wrapper=(), storage="compact", cell=True):
         self.dir = tempfile.mkdtemp(prefix="xcloak-bench-")
         self.port = free_port()
         self.log = os.path.join(self.dir, "server.log")
+        modules = ["--loadmodule", os.path.abspath(MODULE)] + (["STORAGE", storage] if storage else [])
+        if cell:
+            modules += ["--loadmodule", cell_module()]
         self.proc = subprocess.Popen(
             [*NICE, *wrapper, SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-             "--save", "", "--appendonly", "no", "--logfile", self.log,
-             "--loadmodule", MODULE],
+             "--save", "", "--appendonly", "no", "--logfile", self.log, *modules],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 60
         while True:
@@ -192,6 +220,23 @@ class Server:
         fields = dict(part.split("=") for part in line.split(",") if "=" in part)
         return int(fields.get("calls", 0)), float(fields.get("usec_per_call", "nan"))
 
+    def storage(self, form):
+        """The form of the windows that calls create from now on."""
+        self.client.call("CONFIG", "SET", "xcloak.storage", form)
+
+    def expect_type(self, key, expected):
+        """Checks that a sample key really is in the intended form."""
+        found = self.client.call("TYPE", key)
+        if found != expected:
+            sys.exit("bench: %s is a %s, expected %s" % (key, found, expected))
+
+    def entries(self, key, window, now=None):
+        """Live entries of a window in either form: XCLOAK.PEEK with the largest
+        limit (count = limit - remaining)."""
+        top = 1_000_000
+        reply = self.client.call("XCLOAK.PEEK", key, window, top, *(("NOW", now) if now is not None else ()))
+        return top - reply[2]
+
     def cpu_seconds(self):
         info = self.client.info("cpu")
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
@@ -203,13 +248,31 @@ class Server:
 # --------------------------------------------------------------------------
 # Section 1: the four commands under redis-benchmark.
 
-def prefill_keys(server, prefix, layout, now_ms, prefill):
+# The form each layout's keys are created in, and the TYPE they must have.
+LAYOUT_FORM = {"xcloak": "zset", "compact": "compact", "script": "zset", "zadd": "zset", "cell": "zset", None: "zset"}
+LAYOUT_TYPE = {"xcloak": "zset", "compact": "xcloaklog", "script": "zset", "zadd": "zset", "cell": "string", None: "string"}
+
+
+def cell_args(limit, window_ms):
+    """CL.THROTTLE's parameters for `limit` per `window_ms`: a burst of `limit`
+    (max_burst = limit - 1) refilled at `limit` per period (whole seconds)."""
+    return [limit - 1, limit, max(1, window_ms // 1000)]
+
+
+def prefill_keys(server, prefix, layout, now_ms, prefill, limit=None):
     """KEYS keys named like redis-benchmark's (12-digit __rand_int__), each with
-    `prefill` live entries in `layout` ("xcloak", "script" or "zadd")."""
+    `prefill` live entries in `layout`: "xcloak" (XCLOAK.ALLOW's sorted set),
+    "compact" (the same entries, then XCLOAK.CONVERT key COMPACT), "script",
+    "zadd", or "cell" (redis-cell's state after `prefill` admitted units)."""
+    server.storage(LAYOUT_FORM[layout])
+
     def commands():
         stamps = [now_ms - prefill + j for j in range(prefill)]
         for i in range(KEYS):
             key = "%s:%012d" % (prefix, i)
+            if layout == "cell":
+                yield encode("CL.THROTTLE", key, *cell_args(limit, WINDOW_MS), prefill)
+                continue
             args = ["ZADD", key]
             for j, stamp in enumerate(stamps):
                 if layout == "script":
@@ -219,7 +282,10 @@ def prefill_keys(server, prefix, layout, now_ms, prefill):
             yield encode(*args)
             if layout == "script":
                 yield encode("SET", key + ":seq", prefill)
+            if layout == "compact":
+                yield encode("XCLOAK.CONVERT", key, "COMPACT")
     server.pipe(commands())
+    server.expect_type("%s:%012d" % (prefix, 0), LAYOUT_TYPE[layout])
 
 
 def redis_benchmark(server, argv, pipelined, requests):
@@ -247,11 +313,22 @@ def benchmark_once(server, name, stat, argv, pipelined, requests):
     return rps, p50, p99, usec, process_usec
 
 
-def mean_card(server, prefix, sample=200):
+def mean_card(server, prefix, layout, sample=200):
+    """Mean live entries per key over a sample of the keys (None: no entries to count)."""
+    if layout in (None, "cell"):
+        return None
     total = 0
     for i in range(0, KEYS, KEYS // sample):
-        total += server.client.call("ZCARD", "%s:%012d" % (prefix, i))
+        key = "%s:%012d" % (prefix, i)
+        total += server.entries(key, WINDOW_MS) if layout == "compact" else server.client.call("ZCARD", key)
     return total / len(range(0, KEYS, KEYS // sample))
+
+
+# Rows of the tables, in order: the internal name and the label shown.
+ROWS = ["XCLOAK.ALLOW", "XCLOAK.ALLOW compact", "EVALSHA script", "ZADD", "CL.THROTTLE", "INCR"]
+LABEL = {"XCLOAK.ALLOW": "XCLOAK.ALLOW (sorted set)", "XCLOAK.ALLOW compact": "XCLOAK.ALLOW (compact)",
+         "EVALSHA script": "EVALSHA script", "ZADD": "ZADD", "CL.THROTTLE": "redis-cell CL.THROTTLE",
+         "INCR": "INCR"}
 
 
 def bench_commands(sha, now_ms, limit):
@@ -260,11 +337,17 @@ def bench_commands(sha, now_ms, limit):
         # name in the tables, stat name, prefix, layout, argv
         ("XCLOAK.ALLOW", "xcloak.allow", "xa", "xcloak",
          lambda p: ["XCLOAK.ALLOW", p + ":__rand_int__", str(WINDOW_MS), str(limit)]),
+        # The same command on keys of the compact form (xcloaklog).
+        ("XCLOAK.ALLOW compact", "xcloak.allow", "xc", "compact",
+         lambda p: ["XCLOAK.ALLOW", p + ":__rand_int__", str(WINDOW_MS), str(limit)]),
         ("EVALSHA script", "evalsha", "sc", "script",
          lambda p: ["EVALSHA", sha, "1", p + ":__rand_int__", str(now_ms), str(WINDOW_MS), str(limit)]),
         # A new member (a 13-digit integer, as compact as ours) at the newest score.
         ("ZADD", "zadd", "zz", "zadd",
          lambda p: ["ZADD", p + ":__rand_int__", str(now_ms), "1__rand_int__"]),
+        # redis-cell (GCRA): the peer a user would pick instead; limit per window.
+        ("CL.THROTTLE", "cl.throttle", "cl", "cell",
+         lambda p: ["CL.THROTTLE", p + ":__rand_int__"] + [str(a) for a in cell_args(limit, WINDOW_MS)] + ["1"]),
         ("INCR", "incr", "in", None,
          lambda p: ["INCR", p + ":__rand_int__"]),
     ]
@@ -284,17 +367,23 @@ def section_commands(server, sha, config, tag):
             for name, stat, prefix, layout, argv in commands[shift:] + commands[:shift]:
                 key_prefix = "%s%s%s%d" % (prefix, tag, mode, round_)
                 if layout:
-                    prefill_keys(server, key_prefix, layout, now_ms, config["prefill"])
-                card_before = mean_card(server, key_prefix) if layout else None
+                    prefill_keys(server, key_prefix, layout, now_ms, config["prefill"], config["limit"])
+                else:
+                    server.storage(LAYOUT_FORM[layout])
+                card_before = mean_card(server, key_prefix, layout)
                 admitted_before = int(server.client.info("xcloak").get("xcloak_admitted", 0))
                 rps, p50, p99, usec, process_usec = benchmark_once(server, name, stat, argv(key_prefix), pipelined, requests)
-                card_after = mean_card(server, key_prefix) if layout else None
+                card_after = mean_card(server, key_prefix, layout)
                 admitted = int(server.client.info("xcloak").get("xcloak_admitted", 0)) - admitted_before
+                # Each row ran on the intended form (a sample key; INCR's exist only once called).
+                for i in (0, KEYS // 2, KEYS - 1):
+                    if layout or server.client.call("EXISTS", "%s:%012d" % (key_prefix, i)):
+                        server.expect_type("%s:%012d" % (key_prefix, i), LAYOUT_TYPE[layout])
                 results.setdefault((name, pipelined), []).append(
                     (rps, usec, p50, p99, card_before, card_after, admitted / requests if stat == "xcloak.allow" else None,
                      process_usec))
-                print("  round %d %-11s %-15s %9.0f rps %6.2f usec/call (process %5.2f)  p50 %.3f p99 %.3f ms" % (
-                    round_ + 1, "pipelined" if pipelined else "unpipelined", name, rps, usec, process_usec, p50, p99), flush=True)
+                print("  round %d %-11s %-25s %9.0f rps %6.2f usec/call (process %5.2f)  p50 %.3f p99 %.3f ms" % (
+                    round_ + 1, "pipelined" if pipelined else "unpipelined", LABEL[name], rps, usec, process_usec, p50, p99), flush=True)
         server.client.call("FLUSHALL")
     return {key: [statistics.median(column) if column[0] is not None else None for column in zip(*rows)]
             for key, rows in results.items()}
@@ -309,47 +398,55 @@ TIER_ROUNDS = 1 if QUICK else 3
 
 
 def section_tiers(server):
-    """CPU per request (pipelined, fresh random keys, about 10 calls per key
-    within a few seconds, so the per-second tier rejects some) of one 2-tier
-    call against the two separate calls on two keys users make today (one
-    redis-benchmark run each, their usec_per_call summed); then memory per
+    """Per form: CPU per request (pipelined, fresh random keys, about 10 calls
+    per key within a few seconds, so the per-second tier rejects some) of one
+    2-tier call against the two separate calls on two keys users make today
+    (one redis-benchmark run each, their usec_per_call summed); then memory per
     identity once an hour's quota is used (1,000 admissions 100 ms apart)."""
     (short_ms, short_limit), (long_ms, long_limit) = TIER_SHORT, TIER_LONG
     requests = KEYS * 10
-    tiered, separate = [], []
-    for round_ in range(TIER_ROUNDS):
-        argv = ["XCLOAK.ALLOW", "t%d:__rand_int__" % round_, str(short_ms), str(short_limit), "TIER", str(long_ms), str(long_limit)]
-        tiered.append(benchmark_once(server, "2-tier", "xcloak.allow", argv, True, requests))
-        both = [benchmark_once(server, "separate", "xcloak.allow",
-                               ["XCLOAK.ALLOW", "%s%d:__rand_int__" % (prefix, round_), str(window), str(limit)], True, requests)
-                for prefix, (window, limit) in (("s", TIER_SHORT), ("h", TIER_LONG))]
-        separate.append((min(r[0] for r in both), both[0][3] + both[1][3], both[0][4] + both[1][4]))
-        print("  round %d  2-tier %6.2f usec/request (process %5.2f); two calls %6.2f usec/request (process %5.2f)" % (
-            round_ + 1, tiered[-1][3], tiered[-1][4], separate[-1][1], separate[-1][2]), flush=True)
+    results = {}
+    for form, type_name in (("zset", "zset"), ("compact", "xcloaklog")):
+        server.storage(form)
+        tiered, separate = [], []
+        for round_ in range(TIER_ROUNDS):
+            prefix = "%s%d" % (form[0], round_)
+            argv = ["XCLOAK.ALLOW", "t%s:__rand_int__" % prefix, str(short_ms), str(short_limit), "TIER", str(long_ms), str(long_limit)]
+            tiered.append(benchmark_once(server, "2-tier", "xcloak.allow", argv, True, requests))
+            both = [benchmark_once(server, "separate", "xcloak.allow",
+                                   ["XCLOAK.ALLOW", "%s%s:__rand_int__" % (kind, prefix), str(window), str(limit)], True, requests)
+                    for kind, (window, limit) in (("s", TIER_SHORT), ("h", TIER_LONG))]
+            separate.append((both[0][3] + both[1][3], both[0][4] + both[1][4]))
+            print("  %-7s round %d  2-tier %6.2f usec/request (process %5.2f); two calls %6.2f usec/request (process %5.2f)" % (
+                form, round_ + 1, tiered[-1][3], tiered[-1][4], separate[-1][0], separate[-1][1]), flush=True)
+            server.client.call("FLUSHALL")
+        t0 = BASE_MS
+        server.pipe(encode("XCLOAK.ALLOW", "mt", short_ms, short_limit, "TIER", long_ms, long_limit, "NOW", t0 + 100 * j)
+                    for j in range(long_limit))
+        server.pipe(encode("XCLOAK.ALLOW", key, window, limit, "NOW", t0 + 100 * j)
+                    for j in range(long_limit) for key, (window, limit) in (("ms", TIER_SHORT), ("mh", TIER_LONG)))
+        for key in ("mt", "ms", "mh"):
+            server.expect_type(key, type_name)
+        usage = lambda key: server.client.call("MEMORY", "USAGE", key, "SAMPLES", 0)  # noqa: E731
+        held = lambda key, window: server.entries(key, window, t0 + 100 * (long_limit - 1))  # noqa: E731
+        memory = (usage("mt"), usage("ms") + usage("mh"), held("mt", long_ms), held("ms", long_ms) + held("mh", long_ms))
+        print("  %-7s memory per identity: 2-tier %d B (%d entries), two keys %d B (%d entries)" % (
+            form, memory[0], memory[2], memory[1], memory[3]), flush=True)
         server.client.call("FLUSHALL")
-    t0 = BASE_MS
-    server.pipe(encode("XCLOAK.ALLOW", "mt", short_ms, short_limit, "TIER", long_ms, long_limit, "NOW", t0 + 100 * j)
-                for j in range(long_limit))
-    server.pipe(encode("XCLOAK.ALLOW", key, window, limit, "NOW", t0 + 100 * j)
-                for j in range(long_limit) for key, (window, limit) in (("ms", TIER_SHORT), ("mh", TIER_LONG)))
-    usage = lambda key: server.client.call("MEMORY", "USAGE", key, "SAMPLES", 0)
-    memory = (usage("mt"), usage("ms") + usage("mh"), server.client.call("ZCARD", "mt"),
-              server.client.call("ZCARD", "ms") + server.client.call("ZCARD", "mh"))
-    print("  memory per identity: 2-tier %d B (%d entries), two keys %d B (%d entries)" % (
-        memory[0], memory[2], memory[1], memory[3]), flush=True)
-    server.client.call("FLUSHALL")
-    median = lambda rows, i: statistics.median(row[i] for row in rows)
-    return dict(tiered=(median(tiered, 3), median(tiered, 4)), separate=(median(separate, 1), median(separate, 2)),
-                memory=memory, requests=requests)
+        median = lambda rows, i: statistics.median(row[i] for row in rows)  # noqa: E731
+        results[form] = dict(tiered=(median(tiered, 3), median(tiered, 4)), separate=(median(separate, 0), median(separate, 1)),
+                             memory=memory)
+    server.storage("compact")
+    return dict(forms=results, requests=requests)
 
 
 def tiers_table(w, tiers):
     (short_ms, short_limit), (long_ms, long_limit) = TIER_SHORT, TIER_LONG
     w("An API quota of %d a second and %d an hour per identity: one call with `TIER`, against the two "
       "calls on two keys users make today (a per-second key and a per-hour key). %d pipelined requests "
-      "per run over %d fresh keys (`-P %d -c %d -r %d`), median of %d round(s); for the two calls, the "
-      "CPU of both runs is added (one request = one call on each key). Memory: one identity after %d "
-      "admissions 100 ms apart (`MEMORY USAGE`, sorted sets)." % (
+      "per run over %d fresh keys (`-P %d -c %d -r %d`), median of %d round(s), each form in turn; for the "
+      "two calls, the CPU of both runs is added (one request = one call on each key). Memory: one identity "
+      "after %d admissions 100 ms apart (`MEMORY USAGE`)." % (
           short_limit, long_limit, tiers["requests"], KEYS, PIPELINE, CLIENTS, KEYS, TIER_ROUNDS, long_limit))
     w("")
     w("```")
@@ -358,15 +455,19 @@ def tiers_table(w, tiers):
         PIPELINE, short_ms, short_limit, long_ms, long_limit))
     w("```")
     w("")
-    w("| | usec_per_call per request | server process CPU usec/request | memory per identity | entries |")
-    w("|---|---|---|---|---|")
-    t, s, m = tiers["tiered"], tiers["separate"], tiers["memory"]
-    w("| XCLOAK.ALLOW with TIER, one key | %.2f | %.2f | %d B | %d |" % (t[0], t[1], m[0], m[2]))
-    w("| two XCLOAK.ALLOW, two keys | %.2f | %.2f | %d B | %d |" % (s[0], s[1], m[1], m[3]))
+    w("| form | calls | usec_per_call per request | server process CPU usec/request | memory per identity | entries |")
+    w("|---|---|---|---|---|---|")
+    for form, label in (("zset", "sorted set"), ("compact", "compact")):
+        r = tiers["forms"][form]
+        t, s, m = r["tiered"], r["separate"], r["memory"]
+        w("| %s | XCLOAK.ALLOW with TIER, one key | %.2f | %.2f | %d B | %d |" % (label, t[0], t[1], m[0], m[2]))
+        w("| %s | two XCLOAK.ALLOW, two keys | %.2f | %.2f | %d B | %d |" % (label, s[0], s[1], m[1], m[3]))
     w("")
-    w("Ratios, two calls / one 2-tier call: CPU %.2fx, process CPU %.2fx, memory %.2fx. The 2-tier call is "
-      "also all or nothing: a rejection by either tier consumes neither, which two calls cannot do." % (
-          s[0] / t[0], s[1] / t[1], m[1] / m[0]))
+    z, c = tiers["forms"]["zset"], tiers["forms"]["compact"]
+    w("Ratios, two calls / one 2-tier call: CPU %.2fx on sorted sets, %.2fx on compact keys; memory %.2fx and "
+      "%.2fx. The 2-tier call is also all or nothing: a rejection by either tier consumes neither, which two "
+      "calls cannot do." % (z["separate"][0] / z["tiered"][0], c["separate"][0] / c["tiered"][0],
+                            z["memory"][1] / z["memory"][0], c["memory"][1] / c["memory"][0]))
     w("")
 
 
@@ -402,33 +503,51 @@ def measure_stream(server, make, expect_calls):
     return usec
 
 
-def section_entries(server):
-    """Admission and rejection cost at 10 .. 10,000 live entries per key. The
-    sizes take turns, round after round (median of ENTRY_ROUNDS), so a burst
-    of load on the machine does not land on one size only."""
-    keys = 10
-    rounds = ENTRY_CALLS
-    sizes = (10, 100, 1_000, 10_000)
+# The compact form's sizes go up to MAX-LIMIT's default (1,000,000 entries per
+# key) on 2 keys: every entry has its own stamp (one per 1,000 ms, as in the
+# sorted-set rows), so the prefill is one call per entry, fed with --pipe.
+COMPACT_SIZES = (10, 100, 1_000, 10_000, 100_000) + (() if QUICK else (1_000_000,))
+COMPACT_KEYS = 2
+
+
+def section_entries(server, form="zset", sizes=(10, 100, 1_000, 10_000), keys=10):
+    """Admission and rejection cost at `sizes` live entries per key, on keys of
+    `form`. The sizes take turns, round after round (median of ENTRY_ROUNDS),
+    so a burst of load on the machine does not land on one size only. Each
+    measurement is keys * rounds = 10 * ENTRY_CALLS calls, whatever `keys`."""
+    rounds = ENTRY_CALLS * 10 // keys
+    tag = "e" if form == "zset" else "ec"
+    server.storage(form)
     for entries in sizes:
-        server.pipe(steady_stream("e%d" % entries, keys, entries, 1000, entries, 0))
+        started = time.time()
+        server.pipe(steady_stream("%s%d" % (tag, entries), keys, entries, 1000, entries, 0))
+        server.expect_type("%s%d:0" % (tag, entries), "zset" if form == "zset" else "xcloaklog")
+        if entries >= 100_000:
+            print("  prefilled %d keys of %d entries (%s) in %.0f s" % (keys, entries, form, time.time() - started), flush=True)
     samples = {entries: ([], []) for entries in sizes}
+
+    def check(prefix, entries, last_round):
+        found = server.entries(prefix + ":0", entries * 1000, BASE_MS + last_round * 1000)
+        assert found == entries, (prefix, found, entries)
+
     for round_ in range(ENTRY_ROUNDS):
         for entries in sizes[round_ % len(sizes):] + sizes[:round_ % len(sizes)]:
-            prefix = "e%d" % entries
+            prefix = "%s%d" % (tag, entries)
             start = entries + round_ * rounds
             admit = measure_stream(server, lambda: steady_stream(prefix, keys, entries, 1000, rounds, start), keys * rounds)
-            assert server.client.call("ZCARD", prefix + ":0") == entries
+            check(prefix, entries, start + rounds - 1)
             reject = measure_stream(server, lambda: steady_stream(prefix, keys, entries, 1000, rounds, start + rounds, True), keys * rounds)
-            assert server.client.call("ZCARD", prefix + ":0") == entries
+            check(prefix, entries, start + rounds - 1)
             samples[entries][0].append(admit)
             samples[entries][1].append(reject)
     rows = []
     for entries in sizes:
         admit, reject = (statistics.median(column) for column in samples[entries])
         rows.append((entries, admit, reject))
-        print("  %6d entries/key: admission (trim 1, add 1) %.2f usec/call, rejection %.2f usec/call (median of %d)" % (
-            entries, admit, reject, ENTRY_ROUNDS), flush=True)
+        print("  %s %8d entries/key: admission (trim 1, add 1) %.2f usec/call, rejection %.2f usec/call (median of %d)" % (
+            form, entries, admit, reject, ENTRY_ROUNDS), flush=True)
     server.client.call("FLUSHALL")
+    server.storage("zset")
     return rows
 
 
@@ -498,25 +617,119 @@ def section_million(server):
 
 def section_memory(server, sha, copies=5):
     """Bytes per tracked request, summed over `copies` keys of each layout (a
-    skiplist's node sizes are random: several keys average that out)."""
+    skiplist's node sizes are random: several keys average that out): rows of
+    (entries, XCLOAK.ALLOW sorted set, script, XCLOAK.ALLOW compact)."""
     rows = []
     for entries in (100, 1_000, 10_000):
-        ours_b = script_b = 0
+        ours_b = script_b = compact_b = 0
         for copy in range(copies):
-            ours, script = "m:x%d:%d" % (entries, copy), "m:s%d:%d" % (entries, copy)
+            ours, script, compact = "m:x%d:%d" % (entries, copy), "m:s%d:%d" % (entries, copy), "m:c%d:%d" % (entries, copy)
             t0 = BASE_MS
+            server.storage("zset")
             server.pipe(encode("XCLOAK.ALLOW", ours, 10 ** 9, entries, "NOW", t0 + j) for j in range(entries))
             server.pipe(encode("EVALSHA", sha, 1, script, t0 + j, 10 ** 9, entries) for j in range(entries))
+            server.storage("compact")
+            server.pipe(encode("XCLOAK.ALLOW", compact, 10 ** 9, entries, "NOW", t0 + j) for j in range(entries))
+            server.expect_type(ours, "zset")
+            server.expect_type(compact, "xcloaklog")
             assert server.client.call("ZCARD", ours) == entries == server.client.call("ZCARD", script)
+            assert server.entries(compact, 10 ** 9, t0 + entries - 1) == entries
             ours_b += server.client.call("MEMORY", "USAGE", ours, "SAMPLES", 0)
+            compact_b += server.client.call("MEMORY", "USAGE", compact, "SAMPLES", 0)
             script_b += server.client.call("MEMORY", "USAGE", script, "SAMPLES", 0) + \
                 server.client.call("MEMORY", "USAGE", script + ":seq", "SAMPLES", 0)
         n = entries * copies
-        rows.append((entries, ours_b / n, script_b / n))
-        print("  %6d entries: XCLOAK %.2f B/request, script %.2f B/request (%.3fx)" % (
-            entries, ours_b / n, script_b / n, ours_b / script_b), flush=True)
+        rows.append((entries, ours_b / n, script_b / n, compact_b / n))
+        print("  %6d entries: XCLOAK sorted set %.2f B/request, compact %.2f B/request, script %.2f B/request" % (
+            entries, ours_b / n, compact_b / n, script_b / n), flush=True)
+    server.client.call("FLUSHALL")
+    server.storage("zset")
+    return rows
+
+
+# --------------------------------------------------------------------------
+# Section 6: memory per identity.
+
+IDENTITY_WINDOW_MS = 60_000
+IDENTITY_LIMITS = (10, 100, 1_000, 10_000)
+
+
+def section_identity(server, sha, copies=5):
+    """Bytes per identity (MEMORY USAGE ... SAMPLES 0, mean over `copies` keys):
+    a window of 60 s filled to its limit, stamps evenly spaced over the window,
+    for the article's script (its set and its :seq key), XCLOAK.ALLOW on a
+    sorted set, XCLOAK.ALLOW compact, and redis-cell (one key after `limit`
+    admitted CL.THROTTLE calls). Rows of (limit, {layout: bytes})."""
+    rows = []
+    window = IDENTITY_WINDOW_MS
+    for limit in IDENTITY_LIMITS:
+        sizes = {"script": 0, "zset": 0, "compact": 0, "cell": 0}
+        t0 = BASE_MS
+        stamps = [t0 + j * window // limit for j in range(limit)]
+        now = stamps[-1]
+        for copy in range(copies):
+            # Names of the same length for every layout (the name is counted).
+            key = {layout: "id:%s:%d:%d" % (letter, limit, copy)
+                   for layout, letter in (("script", "s"), ("zset", "z"), ("compact", "c"), ("cell", "r"))}
+            server.pipe(encode("EVALSHA", sha, 1, key["script"], t, window, limit) for t in stamps)
+            server.storage("zset")
+            server.pipe(encode("XCLOAK.ALLOW", key["zset"], window, limit, "NOW", t) for t in stamps)
+            server.storage("compact")
+            server.pipe(encode("XCLOAK.ALLOW", key["compact"], window, limit, "NOW", t) for t in stamps)
+            server.storage("zset")
+            server.pipe(encode("CL.THROTTLE", key["cell"], *cell_args(limit, window), 1) for _ in stamps)
+            # Filled to the limit: every one of them admits nothing more.
+            assert server.client.call("ZCARD", key["script"]) == limit
+            server.expect_type(key["zset"], "zset")
+            server.expect_type(key["compact"], "xcloaklog")
+            server.expect_type(key["cell"], "string")
+            for form in ("zset", "compact"):
+                assert server.entries(key[form], window, now) == limit, (form, limit)
+                assert server.client.call("XCLOAK.PEEK", key[form], window, limit, "NOW", now)[0] == 0
+            for layout in sizes:
+                sizes[layout] += server.client.call("MEMORY", "USAGE", key[layout], "SAMPLES", 0)
+            sizes["script"] += server.client.call("MEMORY", "USAGE", key["script"] + ":seq", "SAMPLES", 0)
+        per_identity = {layout: total / copies for layout, total in sizes.items()}
+        rows.append((limit, per_identity))
+        print("  limit %6d: script %.0f B, sorted set %.0f B, compact %.0f B, redis-cell %.0f B per identity" % (
+            limit, per_identity["script"], per_identity["zset"], per_identity["compact"], per_identity["cell"]), flush=True)
     server.client.call("FLUSHALL")
     return rows
+
+
+CHART = os.path.join(ROOT, "docs/performance-memory.png")
+CHART_DATA = os.path.join(ROOT, "target/bench/memory-per-identity.json")
+MATPLOTLIB = "matplotlib==3.10.3"
+BENCH_CACHE = os.environ.get("XCLOAK_BENCH_CACHE", os.path.expanduser("~/.cache/xcloak-bench"))
+
+
+def chart_python():
+    """A Python with matplotlib (pinned): a venv in the bench cache, created
+    and filled from PyPI the first time."""
+    venv = os.path.join(BENCH_CACHE, "venv")
+    python = os.path.join(venv, "bin", "python")
+    probe = "import matplotlib, sys; sys.exit(matplotlib.__version__ != %r)" % MATPLOTLIB.split("==")[1]
+    if os.path.exists(python) and subprocess.run([python, "-c", probe]).returncode == 0:
+        return python
+    print("bench: installing %s into %s" % (MATPLOTLIB, venv), flush=True)
+    if subprocess.run([sys.executable, "-m", "venv", "--clear", venv]).returncode != 0:
+        # Debian's python3 has no venv module without python3-venv.
+        sudo = [] if os.geteuid() == 0 else ["sudo"]
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(sudo + ["apt-get", "update", "-qq"], env=env, check=True)
+        subprocess.run(sudo + ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "python3-venv"], env=env, check=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", MATPLOTLIB], check=True)
+    return python
+
+
+def draw_chart(identity, m):
+    import json
+    os.makedirs(os.path.dirname(CHART_DATA), exist_ok=True)
+    with open(CHART_DATA, "w") as f:
+        json.dump(dict(window_ms=IDENTITY_WINDOW_MS, rows=identity, server=m["server"], commit=m["commit"],
+                       date=m["date"], targets=TARGET_MEMORY), f, indent=1)
+    subprocess.run([chart_python(), os.path.join(ROOT, "scripts/chart.py"), CHART_DATA, CHART], check=True)
 
 
 # --------------------------------------------------------------------------
@@ -543,53 +756,124 @@ def machine(server):
 
 
 def verdict(ok):
-    return "met" if ok else "MISSED"
+    return "PASS" if ok else "FAIL"
 
 
 def commands_table(w, cmds, config):
     requests = KEYS * config["calls"]
-    w("%d keys (`-r %d`), every set prefilled with %d live entries in its own layout, window %d ms, "
-      "limit %d, %d requests per command and mode (about %d calls per key: roughly the first %d are "
-      "admitted, the rest rejected), median of %d round(s), fresh keys each round, the order of the commands rotating. CPU is "
+    w("%d keys (`-r %d`), every key prefilled with %d live entries in its own layout (redis-cell: %d units "
+      "taken), window %d ms, limit %d, %d requests per command and mode (about %d calls per key: roughly the "
+      "first %d are admitted, the rest rejected), median of %d round(s), fresh keys each round, the order of "
+      "the commands rotating. CPU is "
       "`usec_per_call` from `INFO commandstats` after `CONFIG RESETSTAT` (for EVALSHA it includes the "
       "script's inner calls); the process column is the server's `used_cpu_user + used_cpu_sys` "
       "(INFO cpu) over the run divided by the requests: it also counts reading, parsing and replying, "
       "and is not inflated when the server is preempted. Latency is redis-benchmark's, unpipelined." % (
-          KEYS, KEYS, config["prefill"], WINDOW_MS, config["limit"], requests, config["calls"],
+          KEYS, KEYS, config["prefill"], config["prefill"], WINDOW_MS, config["limit"], requests, config["calls"],
           config["limit"] - config["prefill"], config["rounds"]))
     w("")
     w("```")
-    w("redis-benchmark -p PORT -c %d -n %d -r %d [-P %d] --csv XCLOAK.ALLOW xa:__rand_int__ %d %d" % (
+    w("redis-benchmark -p PORT -c %d -n %d -r %d [-P %d] --csv XCLOAK.ALLOW xa:__rand_int__ %d %d   # sorted-set keys" % (
         CLIENTS, requests, KEYS, PIPELINE, WINDOW_MS, config["limit"]))
+    w("redis-benchmark ... XCLOAK.ALLOW xc:__rand_int__ %d %d   # compact keys (TYPE xcloaklog)" % (WINDOW_MS, config["limit"]))
     w("redis-benchmark ... EVALSHA <sha of tests/oracle/article.lua> 1 sc:__rand_int__ <now-ms> %d %d" % (WINDOW_MS, config["limit"]))
     w("redis-benchmark ... ZADD zz:__rand_int__ <now-ms> 1__rand_int__")
+    w("redis-benchmark ... CL.THROTTLE cl:__rand_int__ %s 1" % " ".join(str(a) for a in cell_args(config["limit"], WINDOW_MS)))
     w("redis-benchmark ... INCR in:__rand_int__")
     w("```")
     w("")
-    w("| command | pipelined rps | usec_per_call (pipelined) | server process CPU usec/request (pipelined) | unpipelined rps | usec_per_call (unpipelined) | p50 ms | p99 ms | entries/key before -> after |")
-    w("|---|---|---|---|---|---|---|---|---|")
-    for name in ("XCLOAK.ALLOW", "EVALSHA script", "ZADD", "INCR"):
-        p, u = cmds[(name, True)], cmds[(name, False)]
+    modes = config["modes"]
+    if len(modes) == 2:
+        w("| command | pipelined rps | usec_per_call (pipelined) | server process CPU usec/request (pipelined) | unpipelined rps | usec_per_call (unpipelined) | p50 ms | p99 ms | entries/key before -> after |")
+        w("|---|---|---|---|---|---|---|---|---|")
+    else:
+        w("| command | pipelined rps | usec_per_call | server process CPU usec/request | entries/key before -> after |")
+        w("|---|---|---|---|---|")
+    for name in ROWS:
+        p = cmds[(name, True)]
         sizes = "%.1f -> %.1f" % (p[4], p[5]) if p[4] is not None else "-"
-        w("| %s | %.0f | %.2f | %.2f | %.0f | %.2f | %.3f | %.3f | %s |" % (name, p[0], p[1], p[7], u[0], u[1], u[2], u[3], sizes))
+        if len(modes) == 2:
+            u = cmds[(name, False)]
+            w("| %s | %.0f | %.2f | %.2f | %.0f | %.2f | %.3f | %.3f | %s |" % (
+                LABEL[name], p[0], p[1], p[7], u[0], u[1], u[2], u[3], sizes))
+        else:
+            w("| %s | %.0f | %.2f | %.2f | %s |" % (LABEL[name], p[0], p[1], p[7], sizes))
     w("")
-    w("XCLOAK.ALLOW admitted %.0f%% of the pipelined calls (the rest were rejections)." % (100 * cmds[("XCLOAK.ALLOW", True)][6]))
+    w("XCLOAK.ALLOW admitted %.0f%% of the pipelined calls on sorted sets and %.0f%% on compact keys "
+      "(the rest were rejections)." % (100 * cmds[("XCLOAK.ALLOW", True)][6], 100 * cmds[("XCLOAK.ALLOW compact", True)][6]))
     w("")
 
 
-def ratios(cmds):
-    a, e, z = cmds[("XCLOAK.ALLOW", True)], cmds[("EVALSHA script", True)], cmds[("ZADD", True)]
-    return e[1] / a[1], a[0] / e[0], a[1] / z[1], e[7] / a[7], a[7] / z[7]
+def ratio_line(cmds):
+    u = lambda name: cmds[(name, True)][1]  # noqa: E731
+    c = u("XCLOAK.ALLOW compact")
+    return ("Ratios of usec_per_call (pipelined): EVALSHA / XCLOAK.ALLOW compact %.2fx, EVALSHA / XCLOAK.ALLOW "
+            "sorted set %.2fx; XCLOAK.ALLOW compact / ZADD %.2fx, sorted set / ZADD %.2fx; CL.THROTTLE / "
+            "XCLOAK.ALLOW compact %.2fx, CL.THROTTLE / sorted set %.2fx." % (
+                u("EVALSHA script") / c, u("EVALSHA script") / u("XCLOAK.ALLOW"), c / u("ZADD"),
+                u("XCLOAK.ALLOW") / u("ZADD"), u("CL.THROTTLE") / c, u("CL.THROTTLE") / u("XCLOAK.ALLOW")))
 
 
-def report(m, cmds, larger, attack, tiers, entries, keyspace, million, memory, seconds):
+# Issue 11's targets.
+TARGET_EVAL = 7.0     # EVALSHA / XCLOAK.ALLOW compact, server CPU per call, at least
+TARGET_ZADD = 0.8     # XCLOAK.ALLOW compact / ZADD, at most
+TARGET_CELL = 1.2     # CL.THROTTLE / XCLOAK.ALLOW compact: "clearly" cheaper, read as at least this
+TARGET_MEMORY = {10: 200, 100: 450, 1_000: 3_000}  # bytes per identity, at most
+TARGET_PER_REQUEST = 2.5  # bytes per tracked request at 10,000 entries, at most
+TARGET_FLAT = 1.3     # compact cost per call, largest / smallest over 10 .. 1,000,000 entries, at most
+
+
+def compact_targets(workloads, compact_entries, memory, identity):
+    targets = []
+    for label, cmds in workloads:
+        a, e = cmds[("XCLOAK.ALLOW compact", True)], cmds[("EVALSHA script", True)]
+        r = e[1] / a[1]
+        targets.append(("server CPU per call, EVALSHA / XCLOAK.ALLOW compact, %s" % label, ">= %.0fx" % TARGET_EVAL,
+                        "%.2fx (%.2f / %.2f usec; process CPU %.2fx)" % (r, e[1], a[1], e[7] / a[7]), r >= TARGET_EVAL))
+    for label, cmds in workloads:
+        a, z = cmds[("XCLOAK.ALLOW compact", True)], cmds[("ZADD", True)]
+        r = a[1] / z[1]
+        targets.append(("server CPU per call, XCLOAK.ALLOW compact / ZADD, %s" % label, "<= %.1fx" % TARGET_ZADD,
+                        "%.2fx (%.2f / %.2f usec; process CPU %.2fx)" % (r, a[1], z[1], a[7] / z[7]), r <= TARGET_ZADD))
+    for label, cmds in workloads:
+        a, c = cmds[("XCLOAK.ALLOW compact", True)], cmds[("CL.THROTTLE", True)]
+        r = c[1] / a[1]
+        targets.append(("server CPU per call, redis-cell CL.THROTTLE / XCLOAK.ALLOW compact, %s" % label,
+                        ">= %.1fx (clearly cheaper)" % TARGET_CELL,
+                        "%.2fx (%.2f / %.2f usec; process CPU %.2fx)" % (r, c[1], a[1], c[7] / a[7]), r >= TARGET_CELL))
+    per_identity = dict(identity)
+    for limit, bound in sorted(TARGET_MEMORY.items()):
+        b = per_identity[limit]
+        targets.append(("memory per identity, compact, limit %s (window 60 s, full)" % "{:,}".format(limit),
+                        "<= {:,} B".format(bound),
+                        "{:,.0f} B (sorted set {:,.0f}, script {:,.0f}, redis-cell {:,.0f})".format(
+                            b["compact"], b["zset"], b["script"], b["cell"]), b["compact"] <= bound))
+    row = next(r for r in memory if r[0] == 10_000)
+    targets.append(("memory per tracked request, compact, 10,000 entries", "<= %.1f B" % TARGET_PER_REQUEST,
+                    "%.2f B (sorted set %.2f, script %.2f)" % (row[3], row[1], row[2]), row[3] <= TARGET_PER_REQUEST))
+    admits = [r[1] for r in compact_entries]
+    rejects = [r[2] for r in compact_entries]
+    fa, fr = max(admits) / min(admits), max(rejects) / min(rejects)
+    lo, hi = compact_entries[0][0], compact_entries[-1][0]
+    targets.append(("compact cost per call, %s to %s live entries per key (largest / smallest)" % (
+        "{:,}".format(lo), "{:,}".format(hi)), "<= %.1fx" % TARGET_FLAT,
+        "admission %.2fx (%.2f-%.2f usec), rejection %.2fx (%.2f-%.2f usec)" % (
+            fa, min(admits), max(admits), fr, min(rejects), max(rejects)), max(fa, fr) <= TARGET_FLAT))
+    return targets
+
+
+def report(m, cmds, larger, attack, tiers, entries, compact_entries, keyspace, million, memory, identity, seconds):
     def get(name, pipelined):
         return cmds[(name, pipelined)]
 
     lines = []
     w = lines.append
-    w("Produced by `make bench` (`scripts/bench.py`) in one run on one freshly started server.")
-    w("Ratios are the claim; absolute numbers depend on the machine, which was shared and busy.")
+    w("Produced by `make bench` (`scripts/bench.py`) in one run on one freshly started server, with the "
+      "module loaded as `--loadmodule libxcloak.so STORAGE compact` and redis-cell 0.2.2 (crates.io, built by "
+      "`scripts/fetch-redis-cell.sh`) loaded beside it; `CONFIG SET xcloak.storage zset|compact` before each "
+      "command's keys are created picks their form, and `TYPE` on sample keys checks it.")
+    w("Ratios are the claim; absolute numbers depend on the machine: a 2-core VM shared with other "
+      "engineers' builds while this ran.")
     w("")
     w("- machine: %d CPUs (`nproc`), %s, Linux %s" % (m["nproc"], m["cpu"], m["kernel"]))
     w("- server: %s; %s; xcloak at commit %s" % (m["server"], m["bench"], m["commit"]))
@@ -597,9 +881,18 @@ def report(m, cmds, larger, attack, tiers, entries, keyspace, million, memory, s
         m["date"], seconds, " (BENCH_QUICK: reduced sizes)" if QUICK else "",
         "nice -10" if NICE else "normal priority"))
     w("")
-    w("## XCLOAK.ALLOW, the article's script, ZADD, INCR")
+    workloads = [("limit 10, half rejections (main)", cmds), ("limit 60, sets of 50-70 (larger)", larger),
+                 ("limit 10, one call in ten admitted (attack)", attack)]
+    compact = compact_targets(workloads, compact_entries, memory, identity)
+    w("## Targets: compact storage (issue 11)")
     w("")
-    commands_table(w, cmds, MAIN)
+    w("| measure | target | this run | |")
+    w("|---|---|---|---|")
+    for measure, target, value, ok in compact:
+        w("| %s | %s | %s | %s |" % (measure, target, value, verdict(ok)))
+    w("")
+    w("![Memory per identity against the limit](performance-memory.png)")
+    w("")
     allow_p, allow_u = get("XCLOAK.ALLOW", True), get("XCLOAK.ALLOW", False)
     eval_p, eval_u = get("EVALSHA script", True), get("EVALSHA script", False)
     zadd_p, zadd_u = get("ZADD", True), get("ZADD", False)
@@ -627,64 +920,69 @@ def report(m, cmds, larger, attack, tiers, entries, keyspace, million, memory, s
         targets.append(("memory per tracked request vs the script's layout, %d entries" % entries_n,
                         "<= 0.8x" if entries_n == 100 else "< 1x", "%.3fx" % ratio,
                         ratio <= bound if entries_n == 100 else ratio < bound))
-    w("## Targets")
+    w("## Targets: the sorted-set form (issue 5)")
+    w("")
+    w("XCLOAK.ALLOW on sorted sets, the default form, against the same script, ZADD and INCR rows.")
     w("")
     w("| measure | target | this run | |")
     w("|---|---|---|---|")
     for measure, target, value, ok in targets:
         w("| %s | %s | %s | %s |" % (measure, target, value, verdict(ok)))
     w("")
-    w("For scale: INCR (the floor of any command) took %.2f usec/call pipelined, XCLOAK.ALLOW %.1fx that." % (incr_p[1], allow_p[1] / incr_p[1]))
+    w("For scale: INCR (the floor of any command) took %.2f usec/call pipelined, XCLOAK.ALLOW %.1fx that on "
+      "sorted sets and %.1fx on compact keys." % (
+          incr_p[1], allow_p[1] / incr_p[1], get("XCLOAK.ALLOW compact", True)[1] / incr_p[1]))
+    w("")
+    w("## XCLOAK.ALLOW (both forms), the article's script, ZADD, redis-cell, INCR")
+    w("")
+    w("redis-cell's `CL.THROTTLE key max_burst count_per_period period 1` is given the same limit per window: "
+      "`max_burst = limit - 1` (a burst of `limit`), `count_per_period = limit`, `period = window` in seconds. "
+      "It is GCRA: one string per key, approximate, on the server clock.")
+    w("")
+    commands_table(w, cmds, MAIN)
+    w(ratio_line(cmds))
     w("")
     w("## The same with larger sets")
     w("")
-    w("Every call of every command works on a listpack of 50-70 entries, whose linear scans "
-      "(ZADD's and XCLOAK.ALLOW's insert, the script's ZADD) then dominate; the fixed costs that set "
-      "the three apart weigh less, so the ratios move toward 1.")
+    w("Every call of every command works on a window of 50-70 entries: for the sorted sets a listpack whose "
+      "linear scans (ZADD's and XCLOAK.ALLOW's insert, the script's ZADD) then dominate.")
     w("")
     commands_table(w, larger, LARGER)
-    r_eval, r_rps, r_zadd = ratios(larger)[:3]
-    w("Ratios: CPU EVALSHA / XCLOAK.ALLOW %.2fx; pipelined rps XCLOAK.ALLOW / EVALSHA %.2fx; "
-      "CPU XCLOAK.ALLOW / ZADD %.2fx." % (r_eval, r_rps, r_zadd))
+    w(ratio_line(larger))
     w("")
     w("## An attack: most calls rejected")
     w("")
-    w("The credential-stuffing case: every set prefilled with %d live entries (its own layout), limit %d, "
-      "about %d calls per key, so roughly one call in ten is admitted. %d requests per command, pipelined "
-      "(`-P %d -c %d -r %d`), median of %d round(s); otherwise as the first table." % (
-          ATTACK["prefill"], ATTACK["limit"], ATTACK["calls"], KEYS * ATTACK["calls"], PIPELINE, CLIENTS, KEYS,
-          ATTACK["rounds"]))
+    w("The credential-stuffing case: every key prefilled with %d live entries (its own layout), limit %d, "
+      "about %d calls per key, so roughly one call in ten is admitted; pipelined only." % (
+          ATTACK["prefill"], ATTACK["limit"], ATTACK["calls"]))
     w("")
-    w("| command | pipelined rps | usec_per_call | server process CPU usec/request |")
-    w("|---|---|---|---|")
-    for name in ("XCLOAK.ALLOW", "EVALSHA script", "ZADD", "INCR"):
-        p = attack[(name, True)]
-        w("| %s | %.0f | %.2f | %.2f |" % (name, p[0], p[1], p[7]))
-    w("")
-    r_eval, r_rps, r_zadd = ratios(attack)[:3]
-    w("XCLOAK.ALLOW admitted %.0f%% of the calls. Ratios: CPU EVALSHA / XCLOAK.ALLOW %.2fx; pipelined rps "
-      "XCLOAK.ALLOW / EVALSHA %.2fx; CPU XCLOAK.ALLOW / ZADD %.2fx." % (
-          100 * attack[("XCLOAK.ALLOW", True)][6], r_eval, r_rps, r_zadd))
+    commands_table(w, attack, ATTACK)
+    w(ratio_line(attack))
     w("")
     w("## Tiers: one call against two")
     w("")
     tiers_table(w, tiers)
     w("## Entries per key")
     w("")
-    w("%s keys held at a fixed number of live entries by a stream with `NOW` (fed with `redis-cli --pipe`): "
-      "each admission trims the oldest entry and adds one, so the set keeps its size; then the same "
-      "number of calls at the last `NOW`, all rejected. Sorted sets switch from listpack to skiplist "
-      "above 128 entries. The sizes take turns over %d rounds of %d calls each way; the table "
-      "shows the median per size." % (10, ENTRY_ROUNDS, 10 * ENTRY_CALLS))
+    w("Keys held at a fixed number of live entries by a stream with `NOW` (fed with `redis-cli --pipe`), "
+      "one entry per 1,000 ms: each admission trims the oldest entry and adds one, so the window keeps its size; "
+      "then the same number of calls at the last `NOW`, all rejected. The sizes take turns over %d rounds of "
+      "%d calls each way; the tables show the median per size. Sorted sets (10 keys) switch from listpack to "
+      "skiplist above 128 entries. Compact keys (%d keys, so that 1,000,000 entries per key, MAX-LIMIT's default, "
+      "can be prefilled: one `XCLOAK.ALLOW ... NOW t` per entry, every entry its own stamp) go up to %s entries." % (
+          ENTRY_ROUNDS, 10 * ENTRY_CALLS, COMPACT_KEYS, "{:,}".format(COMPACT_SIZES[-1])))
     w("")
-    w("| live entries per key | admission (trim 1, add 1) usec/call | rejection usec/call |")
-    w("|---|---|---|")
-    for n, admit, reject in entries:
-        w("| %d | %.2f | %.2f |" % (n, admit, reject))
+    w("| live entries per key | sorted set: admission (trim 1, add 1) usec/call | sorted set: rejection usec/call | compact: admission usec/call | compact: rejection usec/call |")
+    w("|---|---|---|---|---|")
+    zset_rows = {r[0]: r for r in entries}
+    for n, admit, reject in compact_entries:
+        z = zset_rows.get(n)
+        w("| %s | %s | %s | %.2f | %.2f |" % ("{:,}".format(n), "%.2f" % z[1] if z else "-", "%.2f" % z[2] if z else "-",
+                                              admit, reject))
     w("")
     w("## Keys in the keyspace")
     w("")
-    w("The same per-call work (a key holding two entries: trim one, add one) over 1 to 1,000,000 keys, "
+    w("The same per-call work (a sorted-set key holding two entries: trim one, add one) over 1 to 1,000,000 keys, "
       "round-robin, with INCR over as many keys as the floor under the same access pattern.")
     w("")
     w("| keys | keys in the keyspace | XCLOAK.ALLOW usec/call | INCR usec/call |")
@@ -695,7 +993,8 @@ def report(m, cmds, larger, attack, tiers, entries, keyspace, million, memory, s
     w("## One key per client address")
     w("")
     mm = million
-    w("%d calls `XCLOAK.ALLOW ip:<n> %d 10` (server clock), one per key, fed with `redis-cli --pipe`:" % (mm["keys"], mm["window"]))
+    w("%d calls `XCLOAK.ALLOW ip:<n> %d 10` (server clock, sorted-set form), one per key, fed with `redis-cli --pipe`:" % (
+        mm["keys"], mm["window"]))
     w("")
     w("- loaded in %.0f s; DBSIZE %d, used_memory +%.1f MB (%.0f bytes per live tracked address), %.2f usec/call;" % (
         mm["load_seconds"], mm["dbsize"], (mm["loaded"] - mm["baseline"]) / 1e6,
@@ -707,15 +1006,30 @@ def report(m, cmds, larger, attack, tiers, entries, keyspace, million, memory, s
     w("")
     w("## Memory per tracked request")
     w("")
-    w("`MEMORY USAGE key SAMPLES 0` after N admissions one millisecond apart, summed over five keys of "
-      "each layout; the script's layout is its sorted set plus its `:seq` key.")
+    w("`MEMORY USAGE key SAMPLES 0` after N admissions one millisecond apart (window 10^9 ms), summed over five "
+      "keys of each layout; the script's layout is its sorted set plus its `:seq` key.")
     w("")
-    w("| entries | XCLOAK.ALLOW bytes/request | script bytes/request | ratio |")
-    w("|---|---|---|---|")
-    for n, ours, script in memory:
-        w("| %d | %.2f | %.2f | %.3fx |" % (n, ours, script, ours / script))
+    w("| entries | XCLOAK.ALLOW sorted set bytes/request | XCLOAK.ALLOW compact bytes/request | script bytes/request | sorted set / script | compact / script |")
+    w("|---|---|---|---|---|---|")
+    for n, ours, script, comp in memory:
+        w("| %s | %.2f | %.2f | %.2f | %.3fx | %.4fx |" % ("{:,}".format(n), ours, comp, script, ours / script, comp / script))
     w("")
-    return "\n".join(lines), targets
+    w("## Memory per identity")
+    w("")
+    w("One identity's key(s), window %d ms filled to its limit with stamps evenly spaced over the window "
+      "(`XCLOAK.ALLOW key %d limit NOW t`, the script with the same stamps), `MEMORY USAGE key SAMPLES 0`, "
+      "mean of five keys; the script counts its `:seq` key too; redis-cell is its one key after `limit` "
+      "admitted `CL.THROTTLE key limit-1 limit 60 1` (its size does not depend on the limit: it stores one "
+      "timestamp, and is approximate). Drawn in [performance-memory.png](performance-memory.png)." % (
+          IDENTITY_WINDOW_MS, IDENTITY_WINDOW_MS))
+    w("")
+    w("| limit | article's script | XCLOAK.ALLOW sorted set | XCLOAK.ALLOW compact | redis-cell | compact bytes per request |")
+    w("|---|---|---|---|---|---|")
+    for limit, b in identity:
+        w("| {:,} | {:,.0f} B | {:,.0f} B | {:,.0f} B | {:,.0f} B | {:.2f} |".format(
+            limit, b["script"], b["zset"], b["compact"], b["cell"], b["compact"] / limit))
+    w("")
+    return "\n".join(lines), compact + targets
 
 
 def main():
@@ -737,15 +1051,21 @@ def main():
         tiers = section_tiers(server)
         print("2. entries per key", flush=True)
         entries = section_entries(server)
+        print("2b. entries per key, compact form", flush=True)
+        compact_entries = section_entries(server, "compact", COMPACT_SIZES, COMPACT_KEYS)
         print("3. keys in the keyspace", flush=True)
         keyspace = section_keyspace(server)
         print("4. one key per client address", flush=True)
         million = section_million(server)
         print("5. memory per tracked request", flush=True)
         memory = section_memory(server, sha)
+        print("6. memory per identity", flush=True)
+        identity = section_identity(server, sha)
     finally:
         server.stop()
-    text, targets = report(m, cmds, larger, attack, tiers, entries, keyspace, million, memory, time.time() - started)
+    draw_chart(identity, m)
+    text, targets = report(m, cmds, larger, attack, tiers, entries, compact_entries, keyspace, million, memory, identity,
+                           time.time() - started)
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     # Only the generated part is replaced: what the file says around it
     # (profiles, the optimisation log) is kept.
@@ -759,14 +1079,17 @@ def main():
         f.write(new)
     print()
     print(text)
-    print("wrote %s" % os.path.relpath(OUT, ROOT))
+    print()
+    for measure, target, value, ok in targets:
+        print("%-4s %s: %s (target %s)" % (verdict(ok), measure, value, target))
+    print("wrote %s and %s" % (os.path.relpath(OUT, ROOT), os.path.relpath(CHART, ROOT)))
 
 
 def main_tiers():
     """`scripts/bench.py tiers`: section 1d alone, printed, docs untouched."""
     if not os.path.exists(MODULE):
         sys.exit("bench: no module at %s (run `make build`)" % MODULE)
-    server = Server()
+    server = Server(cell=False)
     try:
         m = machine(server)
         print("xcloak bench, tiers only: %s on %d CPUs (%s), port %d, commit %s" % (

@@ -7,7 +7,8 @@
 #      (the offenders are printed otherwise);
 #   3. that libxcloak.so loads on the four servers of the matrix (Debian's Redis
 #      7.0.15 and the three of scripts/fetch-servers.sh), each on a free loopback
-#      port: three XCLOAK.ALLOW calls (limit 2) answer 1 1 0, MODULE LIST reports
+#      port, with STORAGE compact: three XCLOAK.ALLOW calls (limit 2) answer 1 1 0,
+#      the window is of the compact type (xcloaklog), MODULE LIST reports
 #      the version from Cargo.toml encoded (major*10000 + minor*100 + patch),
 #      INFO xcloak and the load log line name it as text. Then each is shut down.
 #
@@ -94,7 +95,7 @@ start_server() {
         port_taken "$next_port" && continue
         rm -f "$dir/server.log"
         "$binary" --port "$next_port" --bind 127.0.0.1 --save "" --appendonly no \
-            --dir "$dir" --logfile server.log --loadmodule "$module" </dev/null >/dev/null 2>&1 &
+            --dir "$dir" --logfile server.log --loadmodule "$module" STORAGE compact </dev/null >/dev/null 2>&1 &
         server_pid=$!
         pids+=("$server_pid")
         local waited
@@ -147,13 +148,15 @@ while read -r server binary; do
     ver=$("${cli[@]}" MODULE LIST | awk 'prev == "name" { module = $0 } prev == "ver" && module == "xcloak" { print; exit } { prev = $0 }' || true)
     info_version=$("${cli[@]}" INFO xcloak | tr -d '\r' | sed -n 's/^xcloak_version://p' || true)
     log_line=$(grep -c "<xcloak> version $version loaded" "$dir/server.log" || true)
+    key_type=$("${cli[@]}" TYPE dist-check:smoke | tr -d '\r' || true)
     [ "$replies" = "1 1 0 " ] || { result=FAILED; say "$server: XCLOAK.ALLOW x3 replied '$replies', expected 1 1 0"; }
+    [ "$key_type" = xcloaklog ] || { result=FAILED; say "$server: the window is a '$key_type', expected the compact type xcloaklog (STORAGE compact)"; }
     [ "$ver" = "$encoded" ] || { result=FAILED; say "$server: MODULE LIST ver '$ver', expected $encoded"; }
     [ "$info_version" = "$version" ] || { result=FAILED; say "$server: INFO xcloak_version '$info_version', expected $version"; }
     [ "$log_line" -ge 1 ] || { result=FAILED; say "$server: no '<xcloak> version $version loaded' in the log"; }
     stop_server "$server_pid"
     [ "$result" = ok ] || failed=1
-    summary+="$(printf '%-13s %-7s ALLOW x3: %s ver %s, INFO %s (port %s)' "$server" "$result" "$replies" "$ver" "$info_version" "$port")"$'\n'
+    summary+="$(printf '%-13s %-7s ALLOW x3: %s TYPE %s ver %s, INFO %s (port %s)' "$server" "$result" "$replies" "$key_type" "$ver" "$info_version" "$port")"$'\n'
 done <<< "$servers"
 
 echo "== dist-check: $tarball"

@@ -2,16 +2,18 @@
 # Installs what the client examples under docs/examples/ need, when missing:
 #   python: python3 + venv (Debian packages), then redis-py from PyPI into
 #           docs/examples/python/.venv (pinned in requirements.txt)
-#   node:   nodejs + npm (Debian packages), then node-redis from the npm
-#           registry into docs/examples/node/node_modules (package-lock.json)
+#   node:   nodejs + npm (Debian packages), then node-redis and ioredis from
+#           the npm registry into docs/examples/node/node_modules (package-lock.json)
+#   go:     Go 1.19, redigo and redisc (Debian packages only: the examples build
+#           in GOPATH mode from /usr/share/gocode, no module proxy needed)
 # Both folders are git-ignored. A stamp records what was installed, so a second
 # run does nothing; a changed requirements.txt / package-lock.json reinstalls.
-# Safe to run concurrently (flock). Usage: scripts/example-deps.sh [python] [node]
+# Safe to run concurrently (flock). Usage: scripts/example-deps.sh [python] [node] [go]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 examples=docs/examples
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(python node)
+[ ${#want[@]} -gt 0 ] || want=(python node go)
 
 exec 9>"$examples/.deps.lock"
 flock 9
@@ -61,10 +63,19 @@ node_deps() {
     echo "$want_stamp" >"$dir/node_modules/.installed"
 }
 
+go_deps() {
+    local missing=()
+    command -v go >/dev/null 2>&1 || missing+=(golang-go)
+    [ -d /usr/share/gocode/src/github.com/gomodule/redigo ] || missing+=(golang-github-gomodule-redigo-dev)
+    [ -d /usr/share/gocode/src/github.com/mna/redisc ] || missing+=(golang-github-mna-redisc-dev)
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+}
+
 for what in "${want[@]}"; do
     case "$what" in
         python) python_deps ;;
         node) node_deps ;;
-        *) echo "example-deps: unknown '$what' (python, node)" >&2; exit 2 ;;
+        go) go_deps ;;
+        *) echo "example-deps: unknown '$what' (python, node, go)" >&2; exit 2 ;;
     esac
 done

@@ -199,24 +199,22 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 
     match command {
         Command::Allow => {
-            let (allowed, decision) = if request.details {
-                let decision = window::allow(&mut key, &request, now_ms);
-                (decision.allowed, Some(decision))
-            } else {
-                (window::admit(&mut key, &request, now_ms), None)
-            };
-            key.commit(server_ms, request.tiers.longest_window_ms() + TTL_MARGIN_MS);
-            drop(key);
-            let counter = if allowed { &ADMITTED } else { &REJECTED };
-            counter.fetch_add(1, Relaxed);
+            let ttl_ms = request.tiers.longest_window_ms() + TTL_MARGIN_MS;
             // STAMP: the millisecond this admission recorded, the handle a
             // refund names; -1 for a rejection.
-            let stamp = request.stamp.then_some(if allowed { now_ms } else { -1 });
-            match decision {
-                Some(decision) => reply_details(ctx, &decision, request.tiers.is_tiered(), stamp),
-                None => {
-                    unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, stamp.unwrap_or(allowed as i64)) };
-                }
+            let stamp = |allowed: bool| request.stamp.then_some(if allowed { now_ms } else { -1 });
+            if request.details {
+                let decision = window::allow(&mut key, &request, now_ms, true);
+                key.commit(server_ms, ttl_ms);
+                drop(key);
+                count(decision.allowed);
+                reply_details(ctx, &decision, request.tiers.is_tiered(), stamp(decision.allowed));
+            } else {
+                let allowed = window::admit(&mut key, &request, now_ms);
+                key.commit(server_ms, ttl_ms);
+                drop(key);
+                count(allowed);
+                unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, stamp(allowed).unwrap_or(allowed as i64)) };
             }
         }
         Command::Peek => {
@@ -226,6 +224,11 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
             reply_details(ctx, &decision, request.tiers.is_tiered(), None);
         }
     }
+}
+
+fn count(allowed: bool) {
+    let counter = if allowed { &ADMITTED } else { &REJECTED };
+    counter.fetch_add(1, Relaxed);
 }
 
 /// The details reply: allowed, then the binding tier's limit, remaining,

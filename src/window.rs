@@ -84,41 +84,42 @@ pub fn refund<L: Log>(log: &mut L, stamp_ms: i64, cost: i64) -> u64 {
 /// Live entries per tier, indexed like the request's tiers.
 type LiveCounts = [u64; MAX_TIERS];
 
-/// `XCLOAK.ALLOW` without `DETAILS`: trims, decides, and records on
-/// admission; the verdict only (no detail lookups, nothing else built).
-pub fn admit<L: Log>(log: &mut L, request: &Request, now_ms: i64) -> bool {
-    trim_and_record(log, request, now_ms, None)
-}
-
-/// `XCLOAK.ALLOW ... DETAILS`: as [`admit`], with every tier's fields.
-pub fn allow<L: Log>(log: &mut L, request: &Request, now_ms: i64) -> Decision {
-    let mut live: LiveCounts = [0; MAX_TIERS];
-    let allowed = trim_and_record(log, request, now_ms, Some(&mut live));
+/// `XCLOAK.ALLOW`: trims, decides, and records on admission. The detail fields
+/// are computed only when `details` is set (they cost extra lookups).
+pub fn allow<L: Log>(log: &mut L, request: &Request, now_ms: i64, details: bool) -> Decision {
+    if !details {
+        return bare(request, admit(log, request, now_ms));
+    }
+    let (allowed, live) = decide(log, request, now_ms, true);
     describe(log, request, now_ms, allowed, allowed, &live)
 }
 
-/// Trims by the longest window, counts each tier, and records on admission.
-/// With `live`, fills in each tier's count before recording; without it,
-/// stops counting at the first tier without room (the verdict is known).
-fn trim_and_record<L: Log>(log: &mut L, request: &Request, now_ms: i64, mut live: Option<&mut LiveCounts>) -> bool {
+/// `XCLOAK.ALLOW` without `DETAILS`: the same trim, verdict and record as
+/// [`allow`], with no detail fields to build (the hot path of a plain call).
+pub fn admit<L: Log>(log: &mut L, request: &Request, now_ms: i64) -> bool {
+    decide(log, request, now_ms, false).0
+}
+
+/// Trims by the longest window, counts each tier's live entries (all of them
+/// when `count_all`, else until one tier says no), records on admission.
+fn decide<L: Log>(log: &mut L, request: &Request, now_ms: i64, count_all: bool) -> (bool, LiveCounts) {
     let longest_ms = request.tiers.longest_window_ms();
     log.trim(now_ms - longest_ms);
     let len = log.len();
+    let mut live: LiveCounts = [0; MAX_TIERS];
     let mut allowed = true;
-    for (i, tier) in request.tiers.iter().enumerate() {
+    for (count, tier) in live.iter_mut().zip(request.tiers.iter()) {
         // After the trim every entry is live in the longest window.
-        let count = if tier.window_ms == longest_ms { len } else { len - log.count_expired(now_ms - tier.window_ms) };
-        allowed &= fits(count, tier, request.cost);
-        match live.as_deref_mut() {
-            Some(live) => live[i] = count,
-            None if !allowed => break,
-            None => {}
+        *count = if tier.window_ms == longest_ms { len } else { len - log.count_expired(now_ms - tier.window_ms) };
+        allowed &= fits(*count, tier, request.cost);
+        if !allowed && !count_all {
+            break; // the verdict is known; the counts are for DETAILS only
         }
     }
     if allowed {
         log.record(now_ms, request.cost as u64);
     }
-    allowed
+    (allowed, live)
 }
 
 /// `XCLOAK.PEEK`: the decision `allow` would take at `now_ms`, writing nothing.
@@ -272,7 +273,7 @@ pub(crate) mod tests {
     fn admits_up_to_the_limit_then_rejects() {
         let mut log = VecLog::default();
         let r = request(1000, 3, 1);
-        let allowed: Vec<bool> = (0..5).map(|i| allow(&mut log, &r, 100 + i).allowed).collect();
+        let allowed: Vec<bool> = (0..5).map(|i| allow(&mut log, &r, 100 + i, true).allowed).collect();
         assert_eq!(allowed, [true, true, true, false, false]);
         assert_eq!(log.0, [100, 101, 102]);
     }
@@ -281,25 +282,25 @@ pub(crate) mod tests {
     fn window_slides_entry_by_entry() {
         let mut log = VecLog::default();
         let r = request(1000, 2, 1);
-        assert!(admit(&mut log, &r, 0));
-        assert!(admit(&mut log, &r, 500));
+        assert!(allow(&mut log, &r, 0, false).allowed);
+        assert!(allow(&mut log, &r, 500, false).allowed);
         // At 999 the entry from 0 is still live (0 > 999 - 1000).
-        assert!(!admit(&mut log, &r, 999));
+        assert!(!allow(&mut log, &r, 999, false).allowed);
         // At 1000 it leaves (0 <= 1000 - 1000), the one from 500 stays.
-        assert!(admit(&mut log, &r, 1000));
+        assert!(allow(&mut log, &r, 1000, false).allowed);
         assert_eq!(log.0, [500, 1000]);
-        assert!(!admit(&mut log, &r, 1499));
+        assert!(!allow(&mut log, &r, 1499, false).allowed);
     }
 
     #[test]
     fn details_fields() {
         let mut log = VecLog::default();
         let r = request(1000, 3, 1);
-        let first = allow(&mut log, &r, 100);
+        let first = allow(&mut log, &r, 100, true);
         assert_eq!(five(&first), [1, 3, 2, 0, 1000]);
-        allow(&mut log, &r, 200);
-        allow(&mut log, &r, 300);
-        let rejected = allow(&mut log, &r, 400);
+        allow(&mut log, &r, 200, true);
+        allow(&mut log, &r, 300, true);
+        let rejected = allow(&mut log, &r, 400, true);
         // The entry from 100 must leave: at 1100, 700 ms from now; empty at 1300.
         assert_eq!(five(&rejected), [0, 3, 0, 700, 900]);
         // A cost of 2 needs the two oldest gone: the one from 200 leaves at 1200.
@@ -311,10 +312,10 @@ pub(crate) mod tests {
     #[test]
     fn cost_is_all_or_nothing() {
         let mut log = VecLog::default();
-        assert!(admit(&mut log, &request(10, 5, 3), 0));
-        assert!(!admit(&mut log, &request(10, 5, 3), 1));
+        assert!(allow(&mut log, &request(10, 5, 3), 0, false).allowed);
+        assert!(!allow(&mut log, &request(10, 5, 3), 1, false).allowed);
         assert_eq!(log.len(), 3);
-        assert!(admit(&mut log, &request(10, 5, 2), 1));
+        assert!(allow(&mut log, &request(10, 5, 2), 1, false).allowed);
         assert_eq!(log.0, [0, 0, 0, 1, 1]);
     }
 
@@ -324,7 +325,7 @@ pub(crate) mod tests {
         let r = request(10, 3, 1);
         let looked = peek(&log, &r, 12);
         assert_eq!(log.0, [0, 5, 9]);
-        let done = allow(&mut log, &r, 12);
+        let done = allow(&mut log, &r, 12, true);
         assert_eq!(looked.allowed, done.allowed);
         assert_eq!(looked.binding().retry_after_ms, done.binding().retry_after_ms);
         assert_eq!(looked.binding().remaining, done.binding().remaining + 1, "allow consumed one");
@@ -333,7 +334,7 @@ pub(crate) mod tests {
     #[test]
     fn limit_zero_rejects_and_empty_window_resets_to_zero() {
         let mut log = VecLog::default();
-        let d = allow(&mut log, &request(10, 0, 1), 5);
+        let d = allow(&mut log, &request(10, 0, 1), 5, true);
         assert_eq!(five(&d), [0, 0, 0, -1, 0]);
         assert_eq!(log.len(), 0);
     }
@@ -342,10 +343,10 @@ pub(crate) mod tests {
     fn clock_stepping_back_never_gives_negative_waits() {
         let mut log = VecLog::default();
         let r = request(100, 2, 1);
-        allow(&mut log, &r, 1000);
-        allow(&mut log, &r, 1050);
+        allow(&mut log, &r, 1000, true);
+        allow(&mut log, &r, 1050, true);
         // The clock steps back 500 ms: both entries are still live (in the future).
-        let d = allow(&mut log, &r, 500);
+        let d = allow(&mut log, &r, 500, true);
         assert!(!d.allowed);
         assert!(d.binding().retry_after_ms > 0 && d.binding().reset_after_ms > 0, "{d:?}");
         assert_eq!(log.0, [1000, 1050], "nothing lost");
@@ -356,25 +357,25 @@ pub(crate) mod tests {
         // 2 per 100 ms and 3 per 1000 ms.
         let mut log = VecLog::default();
         let r = tiered(&[(100, 2), (1000, 3)], 1);
-        assert!(admit(&mut log, &r, 0));
-        assert!(admit(&mut log, &r, 10));
+        assert!(allow(&mut log, &r, 0, false).allowed);
+        assert!(allow(&mut log, &r, 10, false).allowed);
         // The short tier is full: rejected, and nothing recorded in any tier.
-        let d = allow(&mut log, &r, 20);
+        let d = allow(&mut log, &r, 20, true);
         assert_eq!(per_tier(&d), [[100, 2, 0, 80, 90], [1000, 3, 1, 0, 990]]);
         assert_eq!((d.allowed, d.binding), (false, 0));
         assert_eq!(log.0, [0, 10]);
         // At 100 the short tier has room again; one log entry serves both.
-        let d = allow(&mut log, &r, 100);
+        let d = allow(&mut log, &r, 100, true);
         assert_eq!(per_tier(&d), [[100, 2, 0, 0, 100], [1000, 3, 0, 0, 1000]]);
         assert_eq!(five(&d), [1, 2, 0, 0, 100], "admitted, both full: the earliest binds");
         assert_eq!(log.0, [0, 10, 100]);
         // Now the long tier is full, the short one is not.
-        let d = allow(&mut log, &r, 150);
+        let d = allow(&mut log, &r, 150, true);
         assert_eq!(per_tier(&d), [[100, 2, 1, 0, 50], [1000, 3, 0, 850, 950]]);
         assert_eq!(five(&d), [0, 3, 0, 850, 950]);
         // The trim follows the longest window: 0 and 10 stay while live there.
         assert_eq!(log.0, [0, 10, 100]);
-        admit(&mut log, &r, 1005);
+        allow(&mut log, &r, 1005, false);
         assert_eq!(log.0, [10, 100, 1005]);
     }
 
@@ -403,7 +404,7 @@ pub(crate) mod tests {
     fn an_admission_is_bound_by_the_fewest_remaining() {
         let mut log = VecLog::default();
         let r = tiered(&[(1000, 10), (60_000, 5), (60_000, 5)], 2);
-        let d = allow(&mut log, &r, 0);
+        let d = allow(&mut log, &r, 0, true);
         assert_eq!(per_tier(&d), [[1000, 10, 8, 0, 1000], [60_000, 5, 3, 0, 60_000], [60_000, 5, 3, 0, 60_000]]);
         assert_eq!(d.binding, 1, "ties: the earliest");
         assert_eq!(five(&d), [1, 5, 3, 0, 60_000]);
@@ -443,9 +444,9 @@ pub(crate) mod tests {
         let r = tiered(&[(100, 2), (1000, 3), (30, 1)], 1);
         let (mut plain, mut detailed) = (VecLog::default(), VecLog::default());
         for now in [0, 5, 10, 40, 80, 120, 200, 260, 900, 1100, 1101, 1150] {
-            let a = admit(&mut plain, &r, now);
-            let b = allow(&mut detailed, &r, now);
-            assert_eq!(a, b.allowed, "at {now}");
+            let a = allow(&mut plain, &r, now, false);
+            let b = allow(&mut detailed, &r, now, true);
+            assert_eq!(a.allowed, b.allowed, "at {now}");
             assert_eq!(plain.0, detailed.0, "at {now}");
         }
     }

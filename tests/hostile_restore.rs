@@ -457,19 +457,6 @@ fn crafted(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
     cases.into_iter().map(|(name, payload, expect)| (name.to_string(), payload, expect)).collect()
 }
 
-/// xorshift64*: the same mutations on every run and every server.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 const RANDOM_ROUNDS: usize = 300;
 

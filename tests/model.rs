@@ -1,7 +1,7 @@
 //! Model-based test: a plain-Rust reference model of the sliding window,
 //! written here from the specification (issues 3, 12 and 13), against the live
 //! XCLOAK.ALLOW / XCLOAK.PEEK / XCLOAK.REFUND over random call sequences with
-//! 1 to 4 tiers, `STAMP`, and refunds of admitted, expired, partial, doubled
+//! 1 to 4 tiers, `STAMP`, and refunds of earlier, expired, partial, doubled
 //! and unknown stamps. Every field of the reply (the five integers, with
 //! `TIER` the per-tier array, with `STAMP` the stamp; a refund's count) is
 //! compared after every call, and so is the stored log, on both storage forms.
@@ -19,6 +19,7 @@
 mod common;
 use common::*;
 
+use common::sequences::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -111,136 +112,6 @@ fn reply(tiers: &[(i64, i64)], before: &[Vec<i64>], after: &[Vec<i64>], allowed:
     Expected { five: [allowed as i64, b[1], b[2], b[3], b[4]], tiers, stamp: None }
 }
 
-#[derive(Clone, Debug)]
-enum Step {
-    Zero,
-    One,
-    /// Relative to one tier's window (its index modulo the number of tiers).
-    WindowMinusOne(usize),
-    Window(usize),
-    WindowPlusOne(usize),
-    Forward(i64),
-    Back(i64),
-}
-
-/// Which stamp a refund names.
-#[derive(Clone, Debug)]
-enum Target {
-    /// One of the stamps earlier ALLOW ... STAMP calls replied (by index,
-    /// modulo their number): admitted, maybe expired or refunded already.
-    Admitted(usize),
-    /// The stamp the previous refund named (a refund made twice).
-    Again,
-    /// A stamp no call used (unless by chance): now minus this.
-    Unknown(i64),
-}
-
-#[derive(Clone, Debug)]
-struct Call {
-    /// Instead of ALLOW/PEEK, `XCLOAK.REFUND key <target> [COST cost]`.
-    refund: Option<Target>,
-    /// `STAMP` on an ALLOW.
-    stamp: bool,
-    peek: bool,
-    details: bool,
-    /// `None`: no COST option (the default, 1).
-    cost: Option<i64>,
-    step: Step,
-    /// New tiers from this call on (a caller reconfiguring mid-sequence).
-    new_tiers: Option<Vec<(i64, i64)>>,
-}
-
-#[derive(Clone, Debug)]
-struct Sequence {
-    tiers: Vec<(i64, i64)>,
-    calls: Vec<Call>,
-}
-
-fn window() -> impl Strategy<Value = i64> {
-    prop_oneof![
-        Just(1i64),
-        Just(2),
-        2..50i64,
-        50..5_000i64,
-        Just(60_000),
-        1..=86_400_000i64,
-        Just(86_400_000),
-    ]
-}
-
-fn limit() -> impl Strategy<Value = i64> {
-    prop_oneof![0..=5i64, 0..=40i64, 100..=300i64]
-}
-
-/// 1 to 4 tiers; half the sequences have one (the reply without `TIER`).
-fn tiers() -> impl Strategy<Value = Vec<(i64, i64)>> {
-    prop_oneof![
-        1 => prop::collection::vec((window(), limit()), 1..=1),
-        1 => prop::collection::vec((window(), limit()), 2..=4),
-    ]
-}
-
-fn call() -> impl Strategy<Value = Call> {
-    let cost = prop_oneof![
-        4 => Just(None),
-        4 => (1..=3i64).prop_map(Some),
-        2 => (1..=320i64).prop_map(Some),
-        1 => Just(Some(1_000_000)),
-    ];
-    let step = prop_oneof![
-        3 => Just(Step::Zero),
-        2 => Just(Step::One),
-        1 => (0..4usize).prop_map(Step::WindowMinusOne),
-        1 => (0..4usize).prop_map(Step::Window),
-        1 => (0..4usize).prop_map(Step::WindowPlusOne),
-        3 => (0..2_000i64).prop_map(Step::Forward),
-        1 => (1..5_000i64).prop_map(Step::Back),
-    ];
-    let refund = prop::option::weighted(
-        0.2,
-        prop_oneof![
-            4 => any::<usize>().prop_map(Target::Admitted),
-            1 => Just(Target::Again),
-            1 => (0..3_000i64).prop_map(Target::Unknown),
-        ],
-    );
-    (any::<bool>(), any::<bool>(), cost, step, prop::option::weighted(0.05, tiers()), refund, any::<bool>()).prop_map(
-        |(peek, details, cost, step, new_tiers, refund, stamp)| Call {
-            refund,
-            stamp: stamp && !peek,
-            peek: peek && details, // a quarter PEEK, the rest ALLOW with or without DETAILS
-            details,
-            cost,
-            step,
-            new_tiers,
-        },
-    )
-}
-
-fn sequence() -> impl Strategy<Value = Sequence> {
-    (tiers(), prop::collection::vec(call(), 1..120)).prop_map(|(tiers, calls)| Sequence { tiers, calls })
-}
-
-/// The command line of a call: the positional pair is tier 0, a `TIER` each for the others.
-fn command_of(call: &Call, key: &str, tiers: &[(i64, i64)], now: i64) -> redis::Cmd {
-    let mut command = redis::cmd(if call.peek { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" });
-    command.arg(key).arg(tiers[0].0).arg(tiers[0].1);
-    for &(window, limit) in &tiers[1..] {
-        command.arg("TIER").arg(window).arg(limit);
-    }
-    if let Some(cost) = call.cost {
-        command.arg("COST").arg(cost);
-    }
-    command.arg("NOW").arg(now);
-    if call.details && !call.peek {
-        command.arg("DETAILS");
-    }
-    if call.stamp && !call.peek {
-        command.arg("STAMP");
-    }
-    command
-}
-
 /// A details reply as `Expected`: five integers, then the per-tier array if
 /// any, then the stamp if `stamped`.
 fn parse_details(value: &redis::Value, stamped: bool) -> Result<Expected, TestCaseError> {
@@ -278,75 +149,36 @@ fn parse_details(value: &redis::Value, stamped: bool) -> Result<Expected, TestCa
 /// Runs `sequence` on a fresh key, comparing every reply and the stored log.
 fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result<(), TestCaseError> {
     let mut model = Model::default();
-    let mut tiers = sequence.tiers.clone();
-    let mut now: i64 = 1_700_000_000_000;
-    // Stamps ALLOW ... STAMP replied (admissions only), and the last refunded one.
-    let (mut admitted, mut last_refund): (Vec<i64>, Option<i64>) = (Vec::new(), None);
-    for (i, call) in sequence.calls.iter().enumerate() {
-        if let Some(new_tiers) = &call.new_tiers {
-            tiers = new_tiers.clone();
-        }
-        let window_of = |index: usize| tiers[index % tiers.len()].0;
-        now += match call.step {
-            Step::Zero => 0,
-            Step::One => 1,
-            Step::WindowMinusOne(t) => window_of(t) - 1,
-            Step::Window(t) => window_of(t),
-            Step::WindowPlusOne(t) => window_of(t) + 1,
-            Step::Forward(ms) => ms,
-            Step::Back(ms) => -ms,
-        };
+    for (i, call, tiers, now, refund_stamp) in walk(sequence) {
+        let tiers = &tiers;
         let cost = call.cost.unwrap_or(1);
-        if let Some(target) = &call.refund {
-            let stamp = match target {
-                Target::Admitted(index) if !admitted.is_empty() => admitted[index % admitted.len()],
-                Target::Again => last_refund.unwrap_or(now),
-                Target::Admitted(_) => now,
-                Target::Unknown(back) => (now - back).max(0),
-            };
-            last_refund = Some(stamp);
-            let mut command = redis::cmd("XCLOAK.REFUND");
-            command.arg(key).arg(stamp);
-            if let Some(cost) = call.cost {
-                command.arg("COST").arg(cost);
-            }
-            let ttl_before: i64 = redis::cmd("PTTL").arg(key).query(conn)?;
-            let got: i64 = command.query(conn).map_err(|e| TestCaseError::fail(format!("call {i} failed: {e}")))?;
-            let context = format!("call {i} REFUND {stamp} COST {cost} (now={now})");
-            prop_assert_eq!(got, model.refund(stamp, cost), "{}", context);
-            let ttl_after: i64 = redis::cmd("PTTL").arg(key).query(conn)?;
-            // The sequence PERSISTs after each call: a refund leaves no TTL behind.
-            prop_assert!(ttl_before == -1 || ttl_before == -2, "{}: PTTL {}", context, ttl_before);
-            prop_assert!(ttl_after == -1 || ttl_after == -2, "a refund set a TTL: {} ({})", ttl_after, context);
-            let stored = stored_stamps(conn, key);
-            prop_assert_eq!(&stored, &model.stamps, "stored log after {}", context);
-            continue;
-        }
         // PERSIST in the same MULTI: the key's TTL follows the server clock
         // (window + 1 s), which this test does not model; without it a 1 ms
         // window could expire the key between two calls on a slow machine.
         let (got,): (redis::Value,) = redis::pipe()
             .atomic()
-            .add_command(command_of(call, key, &tiers, now))
+            .add_command(command_of(call, key, tiers, now, refund_stamp))
             .cmd("PERSIST")
             .arg(key)
             .ignore()
             .query(conn)
             .map_err(|e| TestCaseError::fail(format!("call {i} failed: {e}")))?;
-        let mut expected = if call.peek { model.peek(&tiers, cost, now) } else { model.allow(&tiers, cost, now) };
-        if call.stamp {
-            let stamp = if expected.five[0] == 1 { now } else { -1 };
-            expected.stamp = Some(stamp);
-            if stamp >= 0 {
-                admitted.push(stamp);
-            }
-        }
-        let context = format!("call {i} {call:?} tiers={tiers:?} now={now}");
-        if call.details || call.peek {
-            prop_assert_eq!(parse_details(&got, call.stamp)?, expected, "{}", context);
+        let context = format!("call {i} {call:?} tiers={tiers:?} now={now} refund_stamp={refund_stamp:?}");
+        let integer = |value: &redis::Value| -> Result<i64, TestCaseError> {
+            redis::from_redis_value(value).map_err(|e| TestCaseError::fail(format!("{e}: {context}")))
+        };
+        if let Some(stamp) = refund_stamp {
+            prop_assert_eq!(integer(&got)?, model.refund(stamp, cost), "{}", context);
         } else {
-            let reply: i64 = redis::from_redis_value(&got).map_err(|e| TestCaseError::fail(format!("{e}")))?;
-            prop_assert_eq!(reply, expected.stamp.unwrap_or(expected.five[0]), "{}", context);
+            let mut expected = if call.peek { model.peek(tiers, cost, now) } else { model.allow(tiers, cost, now) };
+            if call.stamp {
+                expected.stamp = Some(if expected.five[0] == 1 { now } else { -1 });
+            }
+            if call.details || call.peek {
+                prop_assert_eq!(parse_details(&got, call.stamp)?, expected, "{}", context);
+            } else {
+                prop_assert_eq!(integer(&got)?, expected.stamp.unwrap_or(expected.five[0]), "{}", context);
+            }
         }
         let stored = stored_stamps(conn, key);
         prop_assert_eq!(&stored, &model.stamps, "stored log after {}", context);

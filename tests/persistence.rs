@@ -26,19 +26,6 @@ const NOW_KEYS: usize = 20;
 const NOW_LIMIT: i64 = 25;
 const BURST_LIMIT: i64 = 5_000;
 
-/// A small deterministic generator (xorshift64*): reproducible workloads.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// What the workload left behind, for the checks after the restart.
 struct Written {

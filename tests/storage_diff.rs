@@ -3,88 +3,27 @@
 //! windows (`STORAGE compact`); every reply, the key's existence, its TTL class
 //! and the stored entries must be equal after every call.
 //!
-//! The sequences cover ALLOW with and without DETAILS, PEEK, COST up to the
-//! limit and beyond, NOW moving by 0, 1, window-1, window, window+1, randomly,
-//! and backwards, limits and windows changing mid-sequence (windows up to
-//! 2^53 - 1), and limit 0. Each call runs as `MULTI call; PTTL; PERSIST;
-//! EXISTS EXEC`, so real time never expires a key between calls (as in
-//! tests/oracle_diff.rs).
+//! The sequences (tests/common/sequences.rs, the model test's) cover ALLOW
+//! with and without DETAILS and STAMP, PEEK, REFUND (of earlier, expired,
+//! doubled and unknown stamps), 1 to 4 tiers, COST up to the limit and
+//! beyond, NOW moving by 0, 1, around a tier's window, randomly and
+//! backwards, tiers changing mid-sequence (windows up to 2^53 - 1), and limit
+//! 0. Each call runs as `MULTI call; PTTL; PERSIST; EXISTS EXEC`, so real time
+//! never expires a key between calls (as in tests/oracle_diff.rs).
 //!
 //! What would fail: any difference between `store/zset.rs` and
 //! `store/compact.rs` in trim, count, nth_live, newest or record (an
 //! off-by-one at the cutoff, a run's count lost when a stamp repeats, an
-//! entry inserted at the wrong place after a step back), a compact key left
-//! behind empty, or a TTL set (or not) differently.
+//! entry inserted at the wrong place after a step back, a refund removing
+//! another count), a compact key left behind empty, or a TTL set (or not)
+//! differently (a refund must set none).
 mod common;
 use common::*;
 
+use common::sequences::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::{Connection, Value};
-
-const MAX_EXACT_MS: i64 = 9_007_199_254_740_991;
-
-#[derive(Clone, Debug)]
-enum Step {
-    Zero,
-    One,
-    WindowMinusOne,
-    Window,
-    WindowPlusOne,
-    Forward(i64),
-    Back(i64),
-}
-
-#[derive(Clone, Debug)]
-struct Call {
-    peek: bool,
-    details: bool,
-    cost: Option<i64>,
-    step: Step,
-    new_limit: Option<i64>,
-    new_window: Option<i64>,
-}
-
-#[derive(Clone, Debug)]
-struct Sequence {
-    window: i64,
-    limit: i64,
-    calls: Vec<Call>,
-}
-
-fn window() -> impl Strategy<Value = i64> {
-    prop_oneof![Just(1i64), 2..50i64, 50..5_000i64, Just(60_000), 1..=86_400_000i64, Just(MAX_EXACT_MS)]
-}
-
-fn limit() -> impl Strategy<Value = i64> {
-    prop_oneof![0..=5i64, 0..=40i64, 100..=300i64]
-}
-
-fn call() -> impl Strategy<Value = Call> {
-    let cost = prop_oneof![4 => Just(None), 4 => (1..=3i64).prop_map(Some), 2 => (1..=320i64).prop_map(Some)];
-    let step = prop_oneof![
-        3 => Just(Step::Zero),
-        2 => Just(Step::One),
-        1 => Just(Step::WindowMinusOne),
-        1 => Just(Step::Window),
-        1 => Just(Step::WindowPlusOne),
-        3 => (0..2_000i64).prop_map(Step::Forward),
-        1 => (1..5_000i64).prop_map(Step::Back),
-    ];
-    (any::<bool>(), any::<bool>(), cost, step, prop::option::weighted(0.05, limit()), prop::option::weighted(0.03, window()))
-        .prop_map(|(peek, details, cost, step, new_limit, new_window)| Call {
-            peek: peek && details,
-            details,
-            cost,
-            step,
-            new_limit,
-            new_window,
-        })
-}
-
-fn sequence() -> impl Strategy<Value = Sequence> {
-    (window(), limit(), prop::collection::vec(call(), 1..100)).prop_map(|(window, limit, calls)| Sequence { window, limit, calls })
-}
 
 /// What one call left behind: its reply, then `PTTL` (as a class: -2 no key,
 /// -1 no expiry, 1 an expiry) and `EXISTS`.
@@ -110,34 +49,17 @@ fn run(conn: &mut Connection, command: &redis::Cmd, key: &str, window: i64) -> R
 }
 
 fn check(zset: &mut Connection, compact: &mut Connection, key: &str, sequence: &Sequence) -> Result<(), TestCaseError> {
-    let (mut window, mut limit) = (sequence.window, sequence.limit);
-    let mut now: i64 = 1_700_000_000_000;
-    for (i, call) in sequence.calls.iter().enumerate() {
-        limit = call.new_limit.unwrap_or(limit);
-        window = call.new_window.unwrap_or(window);
-        let step = match call.step {
-            Step::Zero => 0,
-            Step::One => 1,
-            Step::WindowMinusOne => window - 1,
-            Step::Window => window,
-            Step::WindowPlusOne => window.saturating_add(1),
-            Step::Forward(ms) => ms,
-            Step::Back(ms) => -ms,
-        };
-        now = (now.saturating_add(step)).clamp(0, MAX_EXACT_MS);
-        let mut command = redis::cmd(if call.peek { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" });
-        command.arg(key).arg(window).arg(limit);
-        if let Some(cost) = call.cost {
-            command.arg("COST").arg(cost);
-        }
-        command.arg("NOW").arg(now);
-        if call.details && !call.peek {
-            command.arg("DETAILS");
-        }
-        let context = format!("call {i} {call:?} window={window} limit={limit} now={now}");
-        let on_zset = run(zset, &command, key, window)?;
-        let on_compact = run(compact, &command, key, window)?;
+    for (i, call, tiers, now, refund_stamp) in walk(sequence) {
+        let command = command_of(call, key, &tiers, now, refund_stamp);
+        let longest = tiers.iter().map(|&(window, _)| window).max().unwrap_or(1);
+        let context = format!("call {i} {call:?} tiers={tiers:?} now={now} refund_stamp={refund_stamp:?}");
+        let on_zset = run(zset, &command, key, longest)?;
+        let on_compact = run(compact, &command, key, longest)?;
         prop_assert_eq!(&on_compact, &on_zset, "reply, TTL class, EXISTS after {}", context);
+        if refund_stamp.is_some() {
+            // The previous call's PERSIST left no expiry: a refund sets none.
+            prop_assert!(on_zset.1 != 1, "a refund set an expiry: {}", context);
+        }
         if on_compact.2 == 1 {
             prop_assert_eq!(key_type(compact, key), "xcloaklog");
         }

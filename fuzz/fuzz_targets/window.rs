@@ -134,14 +134,14 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(log, before, "PEEK wrote");
             check_fields(&d, &request, &live_before, &live_before);
             let mut copy = log.clone();
-            let a = window::allow(&mut copy, &request, now);
+            let a = window::allow(&mut copy, &request, now, true);
             assert_eq!((a.allowed, a.binding().retry_after_ms), (d.allowed, d.binding().retry_after_ms), "PEEK disagrees with ALLOW");
             check_waits(&log, &request, now, &d);
             continue;
         }
 
         let (allowed, d) = if request.details {
-            let d = window::allow(&mut log, &request, now);
+            let d = window::allow(&mut log, &request, now, true);
             (d.allowed, Some(d))
         } else {
             (window::admit(&mut log, &request, now), None)

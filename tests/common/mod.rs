@@ -19,6 +19,7 @@ pub use redis;
 use redis::{Connection, RedisResult};
 
 pub mod cluster;
+pub mod sequences;
 
 /// The article's script, verbatim: the reference semantics.
 pub const ARTICLE_SCRIPT: &str = include_str!("../oracle/article.lua");
@@ -354,6 +355,23 @@ pub fn article_at(conn: &mut Connection, key: &str, window: i64, limit: i64, now
 /// Every (member, score) of a sorted set, in order.
 pub fn entries(conn: &mut Connection, key: &str) -> Vec<(String, f64)> {
     redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(conn).unwrap()
+}
+
+/// A small deterministic generator (xorshift64*): the same workload on
+/// every run and every server.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
 }
 
 /// `TYPE key`.

@@ -7,7 +7,11 @@
 // with EVAL, which caches it again, when the server answers NOSCRIPT). Both
 // keep the same sorted set.
 //
-//   node ratelimit.js redis://127.0.0.1:6379/ user:42 60000 3 4 [--cluster]
+// In cluster mode node-redis cannot know where a module command's key is:
+// `sendCommand(key, isReadonly, args)` names it. --keys K spreads the requests
+// over KEY:0 .. KEY:K-1; --peek asks XCLOAK.PEEK instead (see cli.js).
+//
+//   node ratelimit.js redis://127.0.0.1:6379/ user:42 60000 3 4 [--cluster] [--keys K] [--peek] [--tier WINDOW_MS:LIMIT]...
 //   200 RateLimit-Limit: 3 | RateLimit-Remaining: 2 | RateLimit-Reset: 60 | via command
 //   ...
 //   429 RateLimit-Limit: 3 | RateLimit-Remaining: 0 | RateLimit-Reset: 60 | Retry-After: 60 | via command
@@ -16,6 +20,7 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const { createClient, createCluster, defineScript } = require('redis');
+const { parseArgs, tierArgs, printDecision, isUnknownCommand } = require('./cli');
 
 const FALLBACK_LUA = fs.readFileSync(
   process.env.XCLOAK_LUA || path.join(__dirname, '../../../src/lua/xcloak_allow.lua'),
@@ -26,7 +31,7 @@ const xcloakAllow = defineScript({
   NUMBER_OF_KEYS: 1,
   FIRST_KEY_INDEX: 0, // routes the script by its key in cluster mode
   SCRIPT: FALLBACK_LUA,
-  transformArguments: (key, windowMs, limit) => [key, String(windowMs), String(limit), 'DETAILS'],
+  transformArguments: (key, windowMs, limit, tiers) => [key, String(windowMs), String(limit), ...tierArgs(tiers), 'DETAILS'],
   transformReply: (reply) => reply,
 });
 
@@ -37,57 +42,55 @@ class Limiter {
     this.via = 'command';
   }
 
-  // One request against `key`: at most `limit` per `windowMs`. Resolves to
-  // [[allowed, limit, remaining, retryAfterMs, resetAfterMs], via].
-  async check(key, windowMs, limit) {
-    if (this.via === 'command') {
-      const args = ['XCLOAK.ALLOW', key, String(windowMs), String(limit), 'DETAILS'];
+  // One request against `key`: at most `limit` per `windowMs`, and at most
+  // the limit of each [windowMs, limit] of `tiers` per its window. Resolves to
+  // [[allowed, limit, remaining, retryAfterMs, resetAfterMs], via], with tiers
+  // a sixth field: one such array (window first) per tier. With `peek`,
+  // XCLOAK.PEEK (writes nothing; a replica may answer, see main).
+  async check(key, windowMs, limit, tiers = [], peek = false) {
+    if (peek || this.via === 'command') {
+      const args = peek
+        ? ['XCLOAK.PEEK', key, String(windowMs), String(limit), ...tierArgs(tiers)]
+        : ['XCLOAK.ALLOW', key, String(windowMs), String(limit), ...tierArgs(tiers), 'DETAILS'];
       try {
         const reply = this.cluster
-          ? await this.client.sendCommand(key, false, args) // routed by the key
+          ? await this.client.sendCommand(key, peek, args) // routed by the key; read-only for PEEK
           : await this.client.sendCommand(args);
         return [reply, 'command'];
       } catch (error) {
-        if (!/unknown command/i.test(error.message)) throw error;
+        if (peek || !isUnknownCommand(error)) throw error;
         this.via = 'script'; // no module on this server: use the script from now on
       }
     }
-    return [await this.client.xcloakAllow(key, windowMs, limit), 'script'];
+    return [await this.client.xcloakAllow(key, windowMs, limit, tiers), 'script'];
   }
 }
 
-// Status and headers of the HTTP response (delta-seconds, rounded up so a
-// client never comes back too early).
-function httpDecision([allowed, limit, remaining, retryAfterMs, resetAfterMs]) {
-  const headers = {
-    'RateLimit-Limit': String(limit),
-    'RateLimit-Remaining': String(remaining),
-    'RateLimit-Reset': String(Math.ceil(resetAfterMs / 1000)),
-  };
-  if (allowed === 1) return [200, headers];
-  if (retryAfterMs >= 0) headers['Retry-After'] = String(Math.ceil(retryAfterMs / 1000)); // -1: never fits
-  return [429, headers];
+function connect({ url, cluster, peek }) {
+  const scripts = { xcloakAllow };
+  if (!cluster) return createClient({ url, scripts });
+  // The URL's user and password apply to every node the cluster discovers.
+  const { username, password } = new URL(url);
+  return createCluster({
+    rootNodes: [{ url }],
+    defaults: { username: decodeURIComponent(username) || undefined, password: decodeURIComponent(password) || undefined },
+    // Read-only commands (PEEK, sent with isReadonly) go to the key's primary
+    // and its replicas in turn; replica connections send READONLY first.
+    useReplicas: peek,
+    scripts,
+  });
 }
 
 async function main(argv) {
-  const cluster = argv.includes('--cluster');
-  const args = argv.filter((a) => a !== '--cluster');
-  if (args.length !== 5) {
-    console.error('usage: node ratelimit.js REDIS_URL KEY WINDOW_MS LIMIT CALLS [--cluster]');
-    process.exit(2);
-  }
-  const [url, key, windowMs, limit, calls] = args;
-  const scripts = { xcloakAllow };
-  const client = cluster ? createCluster({ rootNodes: [{ url }], scripts }) : createClient({ url, scripts });
+  const { windowMs, limit, tiers, calls, peek, cluster, keyOf, ...options } = parseArgs(argv, 'ratelimit.js');
+  const client = connect({ ...options, cluster, peek });
   client.on('error', (error) => console.error('redis:', error.message));
   await client.connect();
   try {
     const limiter = new Limiter(client, cluster);
-    for (let i = 0; i < Number(calls); i++) {
-      const [details, via] = await limiter.check(key, Number(windowMs), Number(limit));
-      const [status, headers] = httpDecision(details);
-      const fields = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join(' | ');
-      console.log(`${status} ${fields} | via ${via}`);
+    for (let i = 0; i < calls; i++) {
+      const [details, via] = await limiter.check(keyOf(i), windowMs, limit, tiers, peek);
+      printDecision(details, via);
     }
   } finally {
     await client.quit();
