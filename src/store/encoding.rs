@@ -45,10 +45,12 @@ pub struct RunLog {
     /// trimmed runs not yet dropped.
     bytes: Vec<u8>,
     head: usize,
-    /// Stamp that the delta of the first closed run (at `head`) starts from.
-    base_ms: i64,
-    /// Stamp of the newest closed run (`base_ms` when there is none): the
-    /// open run's delta starts from it when it closes.
+    /// Stamp of the oldest closed run (the one at `head`; its own delta in
+    /// the bytes is not read). Kept here so that a trim with nothing expired,
+    /// the common case, reads no byte of the buffer: no cache miss for it.
+    head_ms: i64,
+    /// Stamp of the newest closed run: the open run's delta starts from it
+    /// when it closes.
     tail_ms: i64,
     /// Entries in closed runs.
     closed: u32,
@@ -92,7 +94,7 @@ impl std::fmt::Display for DecodeError {
 impl RunLog {
     /// Every run, oldest first, as `(stamp_ms, count)`; allocates nothing.
     pub fn runs(&self) -> Runs<'_> {
-        Runs { log: self, pos: self.head, stamp_ms: self.base_ms, open_done: self.open_count == 0 }
+        Runs { log: self, pos: self.head, stamp_ms: None, open_done: self.open_count == 0 }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -165,12 +167,13 @@ impl RunLog {
         if total == 0 {
             return Err(DecodeError::Empty);
         }
-        // The bytes before the last run are the closed runs, from 0; the last
-        // run is the open one.
+        // The bytes before the last run are the closed runs, from 0 (the
+        // first one's delta from 0 is its stamp); the last run is the open one.
+        let first_ms = if last_start == 0 { 0 } else { read_run(bytes, &mut 0)?.0 as i64 };
         let log = RunLog {
             bytes: bytes[..last_start].to_vec(),
             head: 0,
-            base_ms: 0,
+            head_ms: first_ms,
             tail_ms: if last_start == 0 { 0 } else { before_last_ms },
             closed: (total - last_count) as u32,
             open_count: last_count as u32,
@@ -225,7 +228,7 @@ impl RunLog {
             // No closed run left: restart the bytes at this stamp.
             self.bytes.clear();
             self.head = 0;
-            self.base_ms = self.open_ms;
+            self.head_ms = self.open_ms;
             self.tail_ms = self.open_ms;
         }
         put_run(&mut self.bytes, (self.open_ms - self.tail_ms) as u64, u64::from(self.open_count));
@@ -239,7 +242,6 @@ impl RunLog {
         if self.head == self.bytes.len() {
             self.bytes.clear();
             self.head = 0;
-            self.base_ms = self.tail_ms;
         } else if self.head >= 16 && self.head * 2 >= self.bytes.len() {
             self.bytes.drain(..self.head);
             self.head = 0;
@@ -267,6 +269,9 @@ impl Log for RunLog {
     }
 
     fn count_expired(&self, cutoff_ms: i64) -> u64 {
+        if self.is_empty() || (self.closed > 0 && self.head_ms > cutoff_ms) || (self.closed == 0 && self.open_ms > cutoff_ms) {
+            return 0;
+        }
         self.runs().take_while(|&(stamp, _)| stamp <= cutoff_ms).map(|(_, count)| count).sum()
     }
 
@@ -279,22 +284,26 @@ impl Log for RunLog {
             self.clear();
             return removed;
         }
-        let (mut pos, mut stamp_ms, mut removed) = (self.head, self.base_ms, 0u64);
+        if self.closed == 0 || self.head_ms > cutoff_ms {
+            return 0; // nothing expired: the bytes are not read
+        }
+        let (mut pos, mut run_ms, mut removed) = (self.head, self.head_ms, 0u64);
         while pos < self.bytes.len() {
             let mut next = pos;
             let Ok((delta, count)) = read_run(&self.bytes, &mut next) else { break };
-            let run_ms = stamp_ms + delta as i64;
+            if pos != self.head {
+                run_ms += delta as i64;
+            }
             if run_ms > cutoff_ms {
+                // The first run left is the new head.
+                self.head_ms = run_ms;
                 break;
             }
-            (pos, stamp_ms, removed) = (next, run_ms, removed + count);
+            (pos, removed) = (next, removed + count);
         }
-        if removed > 0 {
-            self.head = pos;
-            self.base_ms = stamp_ms;
-            self.closed -= removed as u32;
-            self.drop_trimmed();
-        }
+        self.head = pos;
+        self.closed -= removed as u32;
+        self.drop_trimmed();
         removed
     }
 
@@ -338,7 +347,8 @@ impl Log for RunLog {
 pub struct Runs<'a> {
     log: &'a RunLog,
     pos: usize,
-    stamp_ms: i64,
+    /// The last closed run's stamp; `None` before the first (at `head_ms`).
+    stamp_ms: Option<i64>,
     open_done: bool,
 }
 
@@ -349,8 +359,9 @@ impl Iterator for Runs<'_> {
         if self.pos < self.log.bytes.len() {
             // The closed bytes were written by `put_run`: they always decode.
             if let Ok((delta, count)) = read_run(&self.log.bytes, &mut self.pos) {
-                self.stamp_ms += delta as i64;
-                return Some((self.stamp_ms, count));
+                let stamp_ms = self.stamp_ms.map_or(self.log.head_ms, |previous| previous + delta as i64);
+                self.stamp_ms = Some(stamp_ms);
+                return Some((stamp_ms, count));
             }
             self.pos = self.log.bytes.len();
         }
