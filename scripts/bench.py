@@ -15,7 +15,9 @@ Sections (each on the same server, FLUSHALL between them):
   1. redis-benchmark, pipelined (-P 16 -c 50) and unpipelined (-c 50), random
      keys (-r), windows prefilled to the same size: rps, server CPU per call
      (INFO commandstats usec_per_call after CONFIG RESETSTAT), p50/p99; then
-     larger windows (1b), and an attack mix, one call in ten admitted (1c).
+     larger windows (1b), and an attack mix, one call in ten admitted (1c);
+     then tiers (1d): one 2-tier XCLOAK.ALLOW against two separate calls on
+     two keys, CPU per request and memory per identity, on both forms.
   2. Entries per key (sorted sets 10 .. 10,000; compact keys 10 .. 1,000,000)
      and 3. keys in the keyspace (1 .. 1,000,000):
      deterministic command streams with NOW, fed with `redis-cli --pipe`, in
@@ -31,6 +33,8 @@ Environment: XCLOAK_SERVER (server binary, default redis-server),
 XCLOAK_MODULE (default target/release/libxcloak.so), XCLOAK_CELL_MODULE
 (a redis-cell build instead of the cached one), BENCH_QUICK=1 (smaller
 runs, for trying the script out; the numbers in docs/ come from a full run).
+`python3 scripts/bench.py tiers` runs section 1d alone and prints its table
+(docs/performance.md is left as it is).
 """
 
 import os
@@ -383,6 +387,88 @@ def section_commands(server, sha, config, tag):
         server.client.call("FLUSHALL")
     return {key: [statistics.median(column) if column[0] is not None else None for column in zip(*rows)]
             for key, rows in results.items()}
+
+
+# --------------------------------------------------------------------------
+# Section 1d: tiers. An API quota of 10 a second and 1,000 an hour, per identity.
+
+TIER_SHORT = (1000, 10)
+TIER_LONG = (3_600_000, 1000)
+TIER_ROUNDS = 1 if QUICK else 3
+
+
+def section_tiers(server):
+    """Per form: CPU per request (pipelined, fresh random keys, about 10 calls
+    per key within a few seconds, so the per-second tier rejects some) of one
+    2-tier call against the two separate calls on two keys users make today
+    (one redis-benchmark run each, their usec_per_call summed); then memory per
+    identity once an hour's quota is used (1,000 admissions 100 ms apart)."""
+    (short_ms, short_limit), (long_ms, long_limit) = TIER_SHORT, TIER_LONG
+    requests = KEYS * 10
+    results = {}
+    for form, type_name in (("zset", "zset"), ("compact", "xcloaklog")):
+        server.storage(form)
+        tiered, separate = [], []
+        for round_ in range(TIER_ROUNDS):
+            prefix = "%s%d" % (form[0], round_)
+            argv = ["XCLOAK.ALLOW", "t%s:__rand_int__" % prefix, str(short_ms), str(short_limit), "TIER", str(long_ms), str(long_limit)]
+            tiered.append(benchmark_once(server, "2-tier", "xcloak.allow", argv, True, requests))
+            both = [benchmark_once(server, "separate", "xcloak.allow",
+                                   ["XCLOAK.ALLOW", "%s%s:__rand_int__" % (kind, prefix), str(window), str(limit)], True, requests)
+                    for kind, (window, limit) in (("s", TIER_SHORT), ("h", TIER_LONG))]
+            separate.append((both[0][3] + both[1][3], both[0][4] + both[1][4]))
+            print("  %-7s round %d  2-tier %6.2f usec/request (process %5.2f); two calls %6.2f usec/request (process %5.2f)" % (
+                form, round_ + 1, tiered[-1][3], tiered[-1][4], separate[-1][0], separate[-1][1]), flush=True)
+            server.client.call("FLUSHALL")
+        t0 = BASE_MS
+        server.pipe(encode("XCLOAK.ALLOW", "mt", short_ms, short_limit, "TIER", long_ms, long_limit, "NOW", t0 + 100 * j)
+                    for j in range(long_limit))
+        server.pipe(encode("XCLOAK.ALLOW", key, window, limit, "NOW", t0 + 100 * j)
+                    for j in range(long_limit) for key, (window, limit) in (("ms", TIER_SHORT), ("mh", TIER_LONG)))
+        for key in ("mt", "ms", "mh"):
+            server.expect_type(key, type_name)
+        usage = lambda key: server.client.call("MEMORY", "USAGE", key, "SAMPLES", 0)  # noqa: E731
+        held = lambda key, window: server.entries(key, window, t0 + 100 * (long_limit - 1))  # noqa: E731
+        memory = (usage("mt"), usage("ms") + usage("mh"), held("mt", long_ms), held("ms", long_ms) + held("mh", long_ms))
+        print("  %-7s memory per identity: 2-tier %d B (%d entries), two keys %d B (%d entries)" % (
+            form, memory[0], memory[2], memory[1], memory[3]), flush=True)
+        server.client.call("FLUSHALL")
+        median = lambda rows, i: statistics.median(row[i] for row in rows)  # noqa: E731
+        results[form] = dict(tiered=(median(tiered, 3), median(tiered, 4)), separate=(median(separate, 0), median(separate, 1)),
+                             memory=memory)
+    server.storage("compact")
+    return dict(forms=results, requests=requests)
+
+
+def tiers_table(w, tiers):
+    (short_ms, short_limit), (long_ms, long_limit) = TIER_SHORT, TIER_LONG
+    w("An API quota of %d a second and %d an hour per identity: one call with `TIER`, against the two "
+      "calls on two keys users make today (a per-second key and a per-hour key). %d pipelined requests "
+      "per run over %d fresh keys (`-P %d -c %d -r %d`), median of %d round(s), each form in turn; for the "
+      "two calls, the CPU of both runs is added (one request = one call on each key). Memory: one identity "
+      "after %d admissions 100 ms apart (`MEMORY USAGE`)." % (
+          short_limit, long_limit, tiers["requests"], KEYS, PIPELINE, CLIENTS, KEYS, TIER_ROUNDS, long_limit))
+    w("")
+    w("```")
+    w("redis-benchmark ... -P %d XCLOAK.ALLOW t:__rand_int__ %d %d TIER %d %d" % (PIPELINE, short_ms, short_limit, long_ms, long_limit))
+    w("redis-benchmark ... -P %d XCLOAK.ALLOW s:__rand_int__ %d %d   (then h:__rand_int__ %d %d)" % (
+        PIPELINE, short_ms, short_limit, long_ms, long_limit))
+    w("```")
+    w("")
+    w("| form | calls | usec_per_call per request | server process CPU usec/request | memory per identity | entries |")
+    w("|---|---|---|---|---|---|")
+    for form, label in (("zset", "sorted set"), ("compact", "compact")):
+        r = tiers["forms"][form]
+        t, s, m = r["tiered"], r["separate"], r["memory"]
+        w("| %s | XCLOAK.ALLOW with TIER, one key | %.2f | %.2f | %d B | %d |" % (label, t[0], t[1], m[0], m[2]))
+        w("| %s | two XCLOAK.ALLOW, two keys | %.2f | %.2f | %d B | %d |" % (label, s[0], s[1], m[1], m[3]))
+    w("")
+    z, c = tiers["forms"]["zset"], tiers["forms"]["compact"]
+    w("Ratios, two calls / one 2-tier call: CPU %.2fx on sorted sets, %.2fx on compact keys; memory %.2fx and "
+      "%.2fx. The 2-tier call is also all or nothing: a rejection by either tier consumes neither, which two "
+      "calls cannot do." % (z["separate"][0] / z["tiered"][0], c["separate"][0] / c["tiered"][0],
+                            z["memory"][1] / z["memory"][0], c["memory"][1] / c["memory"][0]))
+    w("")
 
 
 # --------------------------------------------------------------------------
@@ -776,7 +862,7 @@ def compact_targets(workloads, compact_entries, memory, identity):
     return targets
 
 
-def report(m, cmds, larger, attack, entries, compact_entries, keyspace, million, memory, identity, seconds):
+def report(m, cmds, larger, attack, tiers, entries, compact_entries, keyspace, million, memory, identity, seconds):
     def get(name, pipelined):
         return cmds[(name, pipelined)]
 
@@ -873,6 +959,9 @@ def report(m, cmds, larger, attack, entries, compact_entries, keyspace, million,
     commands_table(w, attack, ATTACK)
     w(ratio_line(attack))
     w("")
+    w("## Tiers: one call against two")
+    w("")
+    tiers_table(w, tiers)
     w("## Entries per key")
     w("")
     w("Keys held at a fixed number of live entries by a stream with `NOW` (fed with `redis-cli --pipe`), "
@@ -958,6 +1047,8 @@ def main():
         larger = section_commands(server, sha, LARGER, "L")
         print("1c. an attack: most calls rejected", flush=True)
         attack = section_commands(server, sha, ATTACK, "A")
+        print("1d. tiers: one 2-tier call against two calls on two keys", flush=True)
+        tiers = section_tiers(server)
         print("2. entries per key", flush=True)
         entries = section_entries(server)
         print("2b. entries per key, compact form", flush=True)
@@ -973,7 +1064,7 @@ def main():
     finally:
         server.stop()
     draw_chart(identity, m)
-    text, targets = report(m, cmds, larger, attack, entries, compact_entries, keyspace, million, memory, identity,
+    text, targets = report(m, cmds, larger, attack, tiers, entries, compact_entries, keyspace, million, memory, identity,
                            time.time() - started)
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     # Only the generated part is replaced: what the file says around it
@@ -994,5 +1085,26 @@ def main():
     print("wrote %s and %s" % (os.path.relpath(OUT, ROOT), os.path.relpath(CHART, ROOT)))
 
 
+def main_tiers():
+    """`scripts/bench.py tiers`: section 1d alone, printed, docs untouched."""
+    if not os.path.exists(MODULE):
+        sys.exit("bench: no module at %s (run `make build`)" % MODULE)
+    server = Server(cell=False)
+    try:
+        m = machine(server)
+        print("xcloak bench, tiers only: %s on %d CPUs (%s), port %d, commit %s" % (
+            m["server"], m["nproc"], m["cpu"], server.port, m["commit"]), flush=True)
+        tiers = section_tiers(server)
+    finally:
+        server.stop()
+    lines = []
+    tiers_table(lines.append, tiers)
+    print()
+    print("\n".join(lines))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["tiers"]:
+        main_tiers()
+    else:
+        main()

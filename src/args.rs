@@ -67,6 +67,23 @@ pub enum Command {
     Peek,
 }
 
+/// Whose options are being read: ALLOW's, PEEK's, or REFUND's (`COST` only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grammar {
+    Allow,
+    Peek,
+    Refund,
+}
+
+impl From<Command> for Grammar {
+    fn from(command: Command) -> Grammar {
+        match command {
+            Command::Allow => Grammar::Allow,
+            Command::Peek => Grammar::Peek,
+        }
+    }
+}
+
 /// One window and its limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tier {
@@ -143,6 +160,15 @@ pub struct Request {
     pub cost: i64,
     pub now_ms: Option<i64>,
     pub details: bool,
+    /// `STAMP`: reply the admission's stamp (ALLOW only).
+    pub stamp: bool,
+}
+
+/// A validated `XCLOAK.REFUND key stamp [COST cost]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refund {
+    pub stamp_ms: i64,
+    pub cost: i64,
 }
 
 /// A parse failure. `Arity` maps to Redis' standard wrong-arity error; the
@@ -159,13 +185,13 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
         return Err(ArgError::Arity);
     }
     let first = parse_tier(argv[2], argv[3], max_limit, 0)?;
-    let mut request = Request { tiers: Tiers::one(first), cost: 1, now_ms: None, details: false };
+    let mut request = Request { tiers: Tiers::one(first), cost: 1, now_ms: None, details: false, stamp: false };
 
     let (mut seen_cost, mut seen_now) = (false, false);
     let mut rest = argv[4..].iter();
     while let Some(option) = rest.next() {
-        let keyword = Keyword::from_bytes(option, command)
-            .ok_or_else(|| unknown_option(option, command))?;
+        let keyword = Keyword::from_bytes(option, command.into())
+            .ok_or_else(|| unknown_option(option, command.into()))?;
         let seen = match keyword {
             Keyword::Tier => {
                 let (Some(window), Some(limit)) = (rest.next(), rest.next()) else {
@@ -183,6 +209,7 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
             Keyword::Cost => &mut seen_cost,
             Keyword::Now => &mut seen_now,
             Keyword::Details => &mut request.details,
+            Keyword::Stamp => &mut request.stamp,
         };
         if *seen {
             return Err(invalid(format!("syntax error, {} is given more than once", keyword.label())));
@@ -199,10 +226,35 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
                 request.now_ms =
                     Some(parse_in_range(value()?, "NOW", 0, MAX_EXACT_MS, " (unix time in milliseconds)")?)
             }
-            Keyword::Details | Keyword::Tier => {}
+            Keyword::Details | Keyword::Stamp | Keyword::Tier => {}
         }
     }
     Ok(request)
+}
+
+/// Parses `XCLOAK.REFUND key stamp [COST cost]` (the command name first).
+pub fn parse_refund(argv: &[&[u8]]) -> Result<Refund, ArgError> {
+    if argv.len() < 3 {
+        return Err(ArgError::Arity);
+    }
+    let stamp_ms = parse_in_range(argv[2], "stamp", 0, MAX_EXACT_MS, " (unix time in milliseconds)")?;
+    let mut refund = Refund { stamp_ms, cost: 1 };
+    let mut seen_cost = false;
+    let mut rest = argv[3..].iter();
+    while let Some(option) = rest.next() {
+        match Keyword::from_bytes(option, Grammar::Refund) {
+            Some(Keyword::Cost) if seen_cost => {
+                return Err(invalid("syntax error, COST is given more than once".to_string()));
+            }
+            Some(Keyword::Cost) => {
+                seen_cost = true;
+                let value = rest.next().ok_or_else(|| invalid("syntax error, COST needs a value".to_string()))?;
+                refund.cost = parse_in_range(value, "COST", 1, MAX_COST, "")?;
+            }
+            _ => return Err(unknown_option(option, Grammar::Refund)),
+        }
+    }
+    Ok(refund)
 }
 
 /// The `window limit` pair of tier `number`. Errors name the tier (`window of
@@ -223,21 +275,21 @@ enum Keyword {
     Cost,
     Now,
     Details,
+    Stamp,
 }
 
 impl Keyword {
-    fn from_bytes(bytes: &[u8], command: Command) -> Option<Self> {
-        if bytes.eq_ignore_ascii_case(b"TIER") {
-            Some(Keyword::Tier)
-        } else if bytes.eq_ignore_ascii_case(b"COST") {
-            Some(Keyword::Cost)
-        } else if bytes.eq_ignore_ascii_case(b"NOW") {
-            Some(Keyword::Now)
-        } else if bytes.eq_ignore_ascii_case(b"DETAILS") && command == Command::Allow {
-            Some(Keyword::Details)
-        } else {
-            None
-        }
+    /// The keyword `bytes` names (any case), if `command` takes it.
+    fn from_bytes(bytes: &[u8], grammar: Grammar) -> Option<Self> {
+        let keyword = [Keyword::Tier, Keyword::Cost, Keyword::Now, Keyword::Details, Keyword::Stamp]
+            .into_iter()
+            .find(|keyword| bytes.eq_ignore_ascii_case(keyword.label().as_bytes()))?;
+        let taken = match grammar {
+            Grammar::Allow => true,
+            Grammar::Peek => !matches!(keyword, Keyword::Details | Keyword::Stamp),
+            Grammar::Refund => keyword == Keyword::Cost,
+        };
+        taken.then_some(keyword)
     }
 
     fn label(self) -> &'static str {
@@ -246,6 +298,7 @@ impl Keyword {
             Keyword::Cost => "COST",
             Keyword::Now => "NOW",
             Keyword::Details => "DETAILS",
+            Keyword::Stamp => "STAMP",
         }
     }
 }
@@ -254,10 +307,11 @@ fn invalid(message: String) -> ArgError {
     ArgError::Invalid(message)
 }
 
-fn unknown_option(option: &[u8], command: Command) -> ArgError {
-    let expected = match command {
-        Command::Allow => "TIER, COST, NOW or DETAILS",
-        Command::Peek => "TIER, COST or NOW",
+fn unknown_option(option: &[u8], grammar: Grammar) -> ArgError {
+    let expected = match grammar {
+        Grammar::Allow => "TIER, COST, NOW, DETAILS or STAMP",
+        Grammar::Peek => "TIER, COST or NOW",
+        Grammar::Refund => "COST",
     };
     invalid(format!("syntax error, unknown option '{}' (expected {expected})", printable(option)))
 }
@@ -356,7 +410,7 @@ mod tests {
         let request = run(Command::Allow, "XCLOAK.ALLOW k 1000 10").unwrap();
         assert_eq!(
             request,
-            Request { tiers: Tiers::one(Tier { window_ms: 1000, limit: 10 }), cost: 1, now_ms: None, details: false }
+            Request { tiers: Tiers::one(Tier { window_ms: 1000, limit: 10 }), cost: 1, now_ms: None, details: false, stamp: false }
         );
         assert!(!request.tiers.is_tiered());
     }
@@ -401,7 +455,11 @@ mod tests {
         assert!(error_text(Command::Allow, "X k 1 1 DETAILS DETAILS").contains("more than once"));
         assert!(error_text(Command::Allow, "X k 1 1 FOO").contains("unknown option 'FOO'"));
         assert!(error_text(Command::Peek, "X k 1 1 DETAILS").contains("expected TIER, COST or NOW"));
-        assert!(error_text(Command::Allow, "X k 1 1 FOO").contains("expected TIER, COST, NOW or DETAILS"));
+        assert!(error_text(Command::Allow, "X k 1 1 FOO").contains("expected TIER, COST, NOW, DETAILS or STAMP"));
+        assert!(error_text(Command::Peek, "X k 1 1 STAMP").contains("unknown option 'STAMP' (expected TIER, COST or NOW)"));
+        assert!(error_text(Command::Allow, "X k 1 1 STAMP stamp").contains("STAMP is given more than once"));
+        assert!(run(Command::Allow, "X k 1 1 stamp DETAILS").unwrap().stamp);
+        assert!(!run(Command::Allow, "X k 1 1 DETAILS").unwrap().stamp);
     }
 
     fn tiers(request: &Request) -> Vec<(i64, i64)> {
@@ -471,6 +529,34 @@ mod tests {
             parse("XCLOAK.CONVERT k list"),
             Err(ArgError::Invalid("target must be ZSET or COMPACT (got 'list')".into()))
         );
+    }
+
+    fn refund(line: &str) -> Result<Refund, ArgError> {
+        let owned = args(line);
+        let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        parse_refund(&argv)
+    }
+
+    #[test]
+    fn refund_grammar() {
+        assert_eq!(refund("R k 1700000000000"), Ok(Refund { stamp_ms: 1_700_000_000_000, cost: 1 }));
+        assert_eq!(refund("R k 0 cost 1000000"), Ok(Refund { stamp_ms: 0, cost: 1_000_000 }));
+        assert_eq!(refund("R k 9007199254740991 COST 1"), Ok(Refund { stamp_ms: MAX_EXACT_MS, cost: 1 }));
+        assert_eq!(refund("R k"), Err(ArgError::Arity));
+        let stamp = "stamp must be an integer from 0 to 9007199254740991 (unix time in milliseconds)";
+        for bad in ["R k -1", "R k 9007199254740992", "R k 1.5", "R k x", "R k 01", "R k  1"] {
+            assert_eq!(refund(bad), Err(ArgError::Invalid(stamp.into())), "{bad}");
+        }
+        let cost = "COST must be an integer from 1 to 1000000";
+        for bad in ["R k 5 COST 0", "R k 5 COST 1000001", "R k 5 COST -1", "R k 5 COST NOW"] {
+            assert_eq!(refund(bad), Err(ArgError::Invalid(cost.into())), "{bad}");
+        }
+        assert_eq!(refund("R k 5 COST"), Err(ArgError::Invalid("syntax error, COST needs a value".into())));
+        assert_eq!(refund("R k 5 COST 1 cost 2"), Err(ArgError::Invalid("syntax error, COST is given more than once".into())));
+        for (bad, token) in [("R k 5 NOW 1", "NOW"), ("R k 5 STAMP", "STAMP"), ("R k 5 COST 1 2", "2"), ("R k 5 TIER 1 1", "TIER")] {
+            let expected = format!("syntax error, unknown option '{token}' (expected COST)");
+            assert_eq!(refund(bad), Err(ArgError::Invalid(expected)), "{bad}");
+        }
     }
 
     #[test]

@@ -25,11 +25,14 @@ pub static REJECTED: AtomicU64 = AtomicU64::new(0);
 pub static PEEKS: AtomicU64 = AtomicU64::new(0);
 pub static ERRORS: AtomicU64 = AtomicU64::new(0);
 pub static CONVERTED: AtomicU64 = AtomicU64::new(0);
-/// The most arguments a valid call has: name key window limit, 15 times
-/// TIER window limit, COST c NOW t DETAILS.
-const MAX_VALID_ARGC: usize = 4 + (args::MAX_TIERS - 1) * 3 + 5;
+/// Entries removed by XCLOAK.REFUND.
+pub static REFUNDED: AtomicU64 = AtomicU64::new(0);
+/// Arguments read into a buffer on the stack; a longer call (three tiers or
+/// more with every option) reads them into a Vec. 16 holds name key window
+/// limit, two TIERs, COST c NOW t DETAILS STAMP.
+const STACK_WORDS: usize = 16;
 
-/// `XCLOAK.ALLOW key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [DETAILS]`
+/// `XCLOAK.ALLOW key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [DETAILS] [STAMP]`
 pub extern "C" fn allow(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     guarded(ctx, || execute(ctx, argv, argc, Command::Allow))
 }
@@ -37,6 +40,32 @@ pub extern "C" fn allow(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
 /// `XCLOAK.PEEK key window limit [TIER window limit]... [COST cost] [NOW unix-ms]`
 pub extern "C" fn peek(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     guarded(ctx, || execute(ctx, argv, argc, Command::Peek))
+}
+
+/// `XCLOAK.REFUND key stamp [COST cost]`: removes up to `cost` entries
+/// stamped exactly `stamp` and replies how many went.
+pub extern "C" fn refund(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
+    guarded(ctx, || {
+        let strings = arguments(argv, argc);
+        let words: Vec<&[u8]> = strings.iter().map(|&s| bytes_of(s)).collect();
+        let request = match args::parse_refund(&words) {
+            Ok(request) => request,
+            Err(error) => return refuse(ctx, error),
+        };
+        // SAFETY: `ctx` and the key argument belong to this call.
+        let mut key = match unsafe { store::open(ctx, strings[1], true) } {
+            Opened::Ready(window) => window,
+            Opened::WrongType => {
+                ERRORS.fetch_add(1, Relaxed);
+                return reply_error(ctx, WRONGTYPE);
+            }
+        };
+        let removed = window::refund(&mut key, request.stamp_ms, request.cost);
+        key.commit_removal();
+        drop(key);
+        REFUNDED.fetch_add(removed, Relaxed);
+        unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, removed as i64) };
+    })
 }
 
 /// `XCLOAK.CONVERT key ZSET|COMPACT`
@@ -133,7 +162,7 @@ fn guarded(ctx: *mut raw::RedisModuleCtx, body: impl FnOnce()) -> c_int {
 
 fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int, command: Command) {
     let strings = arguments(argv, argc);
-    let mut words: [&[u8]; MAX_VALID_ARGC + 1] = [&[]; MAX_VALID_ARGC + 1];
+    let mut words: [&[u8]; STACK_WORDS] = [&[]; STACK_WORDS];
     let heap: Vec<&[u8]>;
     let words: &[&[u8]] = if strings.len() <= words.len() {
         for (word, &string) in words.iter_mut().zip(strings) {
@@ -171,25 +200,28 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
     match command {
         Command::Allow => {
             let ttl_ms = request.tiers.longest_window_ms() + TTL_MARGIN_MS;
+            // STAMP: the millisecond this admission recorded, the handle a
+            // refund names; -1 for a rejection.
+            let stamp = |allowed: bool| request.stamp.then_some(if allowed { now_ms } else { -1 });
             if request.details {
                 let decision = window::allow(&mut key, &request, now_ms, true);
                 key.commit(server_ms, ttl_ms);
                 drop(key);
                 count(decision.allowed);
-                reply_details(ctx, &decision, request.tiers.is_tiered());
+                reply_details(ctx, &decision, request.tiers.is_tiered(), stamp(decision.allowed));
             } else {
                 let allowed = window::admit(&mut key, &request, now_ms);
                 key.commit(server_ms, ttl_ms);
                 drop(key);
                 count(allowed);
-                unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, allowed as i64) };
+                unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, stamp(allowed).unwrap_or(allowed as i64)) };
             }
         }
         Command::Peek => {
             let decision = window::peek(&key, &request, now_ms);
             drop(key);
             PEEKS.fetch_add(1, Relaxed);
-            reply_details(ctx, &decision, request.tiers.is_tiered());
+            reply_details(ctx, &decision, request.tiers.is_tiered(), None);
         }
     }
 }
@@ -201,8 +233,9 @@ fn count(allowed: bool) {
 
 /// The details reply: allowed, then the binding tier's limit, remaining,
 /// retry_after_ms, reset_after_ms; with `TIER`, a sixth element holding
-/// `[window, limit, remaining, retry_after_ms, reset_after_ms]` per tier.
-fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: bool) {
+/// `[window, limit, remaining, retry_after_ms, reset_after_ms]` per tier;
+/// with `STAMP`, the stamp last.
+fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: bool, stamp: Option<i64>) {
     let binding = decision.binding();
     let fields = [
         decision.allowed as i64,
@@ -212,7 +245,7 @@ fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: boo
         binding.reset_after_ms,
     ];
     unsafe {
-        api!(RedisModule_ReplyWithArray)(ctx, (fields.len() + tiered as usize) as _);
+        api!(RedisModule_ReplyWithArray)(ctx, (fields.len() + tiered as usize + stamp.is_some() as usize) as _);
         for field in fields {
             api!(RedisModule_ReplyWithLongLong)(ctx, field);
         }
@@ -225,6 +258,9 @@ fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: boo
                     api!(RedisModule_ReplyWithLongLong)(ctx, field);
                 }
             }
+        }
+        if let Some(stamp) = stamp {
+            api!(RedisModule_ReplyWithLongLong)(ctx, stamp);
         }
     }
 }

@@ -49,9 +49,10 @@ mod module {
     type Handler = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
     /// Handler, flags, documentation. Key positions are 1,1,1 for all.
-    const COMMANDS: [(Handler, &CStr, &CommandDoc); 4] = [
+    const COMMANDS: [(Handler, &CStr, &CommandDoc); 5] = [
         (commands::allow, c"write deny-oom fast", &metadata::ALLOW),
         (commands::peek, c"readonly fast", &metadata::PEEK),
+        (commands::refund, c"write fast", &metadata::REFUND),
         (commands::convert, c"write deny-oom", &metadata::CONVERT),
         (commands::apply, c"write", &metadata::APPLY),
     ];
@@ -119,10 +120,11 @@ mod module {
     /// `INFO xcloak`: the version, counters since load, and the configured bound.
     extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
         use std::sync::atomic::Ordering::Relaxed;
-        let fields: [(&CStr, i64); 6] = [
+        let fields: [(&CStr, i64); 7] = [
             (c"admitted", commands::ADMITTED.load(Relaxed) as i64),
             (c"rejected", commands::REJECTED.load(Relaxed) as i64),
             (c"peeks", commands::PEEKS.load(Relaxed) as i64),
+            (c"refunded", commands::REFUNDED.load(Relaxed) as i64),
             (c"converted", commands::CONVERTED.load(Relaxed) as i64),
             (c"errors", commands::ERRORS.load(Relaxed) as i64),
             (c"max_limit", commands::MAX_LIMIT.load(Relaxed)),

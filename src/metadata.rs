@@ -122,11 +122,22 @@ the per-tier array, when TIER is given.",
     )
 };
 
+const STAMP: Arg = Arg {
+    token: Some(c"STAMP"),
+    optional: true,
+    ..Arg::plain(
+        c"stamp",
+        Kind::PureToken,
+        c"Reply the admission's stamp (the millisecond it recorded, -1 if rejected) instead of 1/0, or as the \
+last element of the DETAILS reply: the handle XCLOAK.REFUND takes.",
+    )
+};
+
 pub const ALLOW: CommandDoc = CommandDoc {
     name: c"xcloak.allow",
     summary: c"Admits a request of COST units if the sliding window (and every TIER) has room, and records it \
-once. Replies 1/0, or with DETAILS [allowed, limit, remaining, retry_after_ms, reset_after_ms], plus the \
-per-tier array when TIER is given.",
+once. Replies 1/0 (with STAMP the admission's stamp, or -1), or with DETAILS [allowed, limit, remaining, \
+retry_after_ms, reset_after_ms], plus the per-tier array when TIER is given and the stamp with STAMP.",
     complexity: c"O(log(N) + (M + C)*log(N)) with N the entries in the key, M the entries that \
 expired (removed) and C the cost; each TIER shorter than the longest window adds O(log(N) + E), E the entries \
 older than its window; DETAILS adds O(K) per tier, K <= N the entries older than the one whose departure makes room.",
@@ -134,7 +145,7 @@ older than its window; DETAILS adds O(K) per tier, K <= N the entries older than
     arity: -4,
     key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
     acl_categories: c"write fast",
-    args: &[KEY, WINDOW, LIMIT, TIER, COST, NOW, DETAILS],
+    args: &[KEY, WINDOW, LIMIT, TIER, COST, NOW, DETAILS, STAMP],
 };
 
 pub const PEEK: CommandDoc = CommandDoc {
@@ -149,6 +160,31 @@ as much.",
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     acl_categories: c"read fast",
     args: &[KEY, WINDOW, LIMIT, TIER, COST, NOW],
+};
+
+pub const REFUND: CommandDoc = CommandDoc {
+    name: c"xcloak.refund",
+    summary: c"Gives back an admission: removes up to COST entries stamped exactly stamp (the STAMP reply of \
+XCLOAK.ALLOW) and replies how many it removed. Trims nothing and leaves the TTL alone.",
+    complexity: c"O(log(N) + C*log(N)) with N the entries in the key and C the cost (O(N) on a compact window \
+when the stamp is not the newest).",
+    tips: None,
+    arity: -3,
+    key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
+    acl_categories: c"write fast",
+    args: &[
+        KEY,
+        Arg::plain(
+            c"stamp",
+            Kind::Integer,
+            c"The admission's stamp in unix milliseconds, 0 to 9007199254740991 (the STAMP reply of XCLOAK.ALLOW).",
+        ),
+        Arg {
+            token: Some(c"COST"),
+            optional: true,
+            ..Arg::plain(c"cost", Kind::Integer, c"Units to give back, 1 to 1000000 (default 1); never more than that stamp holds.")
+        },
+    ],
 };
 
 pub const CONVERT: CommandDoc = CommandDoc {

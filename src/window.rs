@@ -27,6 +27,9 @@ pub trait Log {
     fn newest(&self) -> Option<i64>;
     /// Appends `cost` entries stamped `now_ms`.
     fn record(&mut self, now_ms: i64, cost: u64);
+    /// Removes up to `count` entries stamped exactly `stamp_ms` (the newest
+    /// of them first where entries are told apart); returns how many went.
+    fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64;
 }
 
 /// One tier's fields of the `DETAILS` reply.
@@ -68,6 +71,14 @@ impl Decision {
     pub fn binding(&self) -> &TierFields {
         &self.fields[self.binding]
     }
+}
+
+/// `XCLOAK.REFUND`: gives back up to `cost` units of the admission stamped
+/// `stamp_ms`; returns how many entries it removed. Nothing else changes: no
+/// trim (a refund of an expired stamp finds what is still stored, or
+/// nothing), no new entry, and the expiry stays as it is.
+pub fn refund<L: Log>(log: &mut L, stamp_ms: i64, cost: i64) -> u64 {
+    log.remove_at(stamp_ms, cost as u64)
 }
 
 /// Live entries per tier, indexed like the request's tiers.
@@ -227,6 +238,12 @@ pub(crate) mod tests {
             let at = self.0.partition_point(|&s| s <= now_ms);
             self.0.splice(at..at, std::iter::repeat_n(now_ms, cost as usize));
         }
+        fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
+            let end = self.0.partition_point(|&s| s <= stamp_ms);
+            let start = self.0[..end].partition_point(|&s| s < stamp_ms).max(end.saturating_sub(count as usize));
+            self.0.drain(start..end);
+            (end - start) as u64
+        }
     }
 
     fn request(window_ms: i64, limit: i64, cost: i64) -> Request {
@@ -238,7 +255,7 @@ pub(crate) mod tests {
         for &(window_ms, limit) in &tiers[1..] {
             assert!(list.push(Tier { window_ms, limit }));
         }
-        Request { tiers: list, cost, now_ms: None, details: true }
+        Request { tiers: list, cost, now_ms: None, details: true, stamp: false }
     }
 
     /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`: the reply's first five.
@@ -432,5 +449,24 @@ pub(crate) mod tests {
             assert_eq!(a.allowed, b.allowed, "at {now}");
             assert_eq!(plain.0, detailed.0, "at {now}");
         }
+    }
+
+    #[test]
+    fn a_refund_removes_only_its_stamp_and_at_most_its_cost() {
+        let mut log = VecLog::default();
+        let r = request(1000, 5, 2);
+        assert!(admit(&mut log, &r, 100));
+        assert!(admit(&mut log, &r, 200));
+        assert!(!admit(&mut log, &request(1000, 5, 2), 300), "4 + 2 > 5");
+        assert_eq!(refund(&mut log, 100, 1), 1, "a partial refund");
+        assert_eq!(log.0, [100, 200, 200]);
+        assert!(admit(&mut log, &r, 300), "the refunded unit is free again");
+        assert_eq!(refund(&mut log, 200, 5), 2, "never more than the stamp holds");
+        assert_eq!(refund(&mut log, 250, 1), 0, "an unknown stamp removes nothing");
+        assert_eq!(log.0, [100, 300, 300]);
+        // No trim: a refund at a time the entry from 100 has expired still finds it.
+        assert_eq!(refund(&mut log, 100, 1), 1);
+        assert_eq!(refund(&mut log, 100, 1), 0, "refunding twice finds nothing the second time");
+        assert_eq!(log.0, [300, 300]);
     }
 }

@@ -144,7 +144,8 @@ const COST_RANGE: &str = "ERR COST must be an integer from 1 to 1000000";
 const NOW_RANGE: &str = "ERR NOW must be an integer from 0 to 9007199254740991 (unix time in milliseconds)";
 const WINDOW_RANGE: &str = "ERR window must be an integer from 1 to 9007199254740991 (milliseconds)";
 const LIMIT_RANGE: &str = "ERR limit must be an integer from 0 to 1000000";
-const ALLOW_UNKNOWN: &str = "(expected TIER, COST, NOW or DETAILS)";
+const ALLOW_UNKNOWN: &str = "(expected TIER, COST, NOW, DETAILS or STAMP)";
+const STAMP_RANGE: &str = "ERR stamp must be an integer from 0 to 9007199254740991 (unix time in milliseconds)";
 const PEEK_UNKNOWN: &str = "(expected TIER, COST or NOW)";
 const TIER_VALUES: &str = "ERR syntax error, TIER needs a window and a limit";
 
@@ -174,6 +175,22 @@ fn mistakes() -> Vec<(&'static str, String)> {
         ("XCLOAK.PEEK k 10 5 DETAILS", format!("ERR syntax error, unknown option 'DETAILS' {PEEK_UNKNOWN}")),
         ("XCLOAK.PEEK k 10 5 COST 1 BAR", format!("ERR syntax error, unknown option 'BAR' {PEEK_UNKNOWN}")),
     ];
+    // STAMP (ALLOW only) and XCLOAK.REFUND key stamp [COST cost].
+    cases.extend([
+        ("XCLOAK.ALLOW k 10 5 STAMP stamp", "ERR syntax error, STAMP is given more than once".to_string()),
+        ("XCLOAK.ALLOW k 10 5 STAMP 5", format!("ERR syntax error, unknown option '5' {ALLOW_UNKNOWN}")),
+        ("XCLOAK.PEEK k 10 5 STAMP", format!("ERR syntax error, unknown option 'STAMP' {PEEK_UNKNOWN}")),
+        ("XCLOAK.REFUND k -1", STAMP_RANGE.to_string()),
+        ("XCLOAK.REFUND k 9007199254740992", STAMP_RANGE.to_string()),
+        ("XCLOAK.REFUND k 1e3", STAMP_RANGE.to_string()),
+        ("XCLOAK.REFUND k COST 2", STAMP_RANGE.to_string()),
+        ("XCLOAK.REFUND k 5 COST", "ERR syntax error, COST needs a value".to_string()),
+        ("XCLOAK.REFUND k 5 COST 0", COST_RANGE.to_string()),
+        ("XCLOAK.REFUND k 5 COST 1000001", COST_RANGE.to_string()),
+        ("XCLOAK.REFUND k 5 cost 1 COST 1", "ERR syntax error, COST is given more than once".to_string()),
+        ("XCLOAK.REFUND k 5 NOW 1", "ERR syntax error, unknown option 'NOW' (expected COST)".to_string()),
+        ("XCLOAK.REFUND k 5 COST 1 STAMP", "ERR syntax error, unknown option 'STAMP' (expected COST)".to_string()),
+    ]);
     // TIER: its values, named with the tier's number (the first TIER is tier 1).
     for command in ["XCLOAK.ALLOW", "XCLOAK.PEEK"] {
         for (tail, error) in [
@@ -232,7 +249,7 @@ fn every_mistake_is_a_named_error_and_changes_nothing() {
     }
     // The standard arity error, whether the server (7.0+, from the arity in
     // the command info) or the module (6.2) answers it.
-    for line in [&["XCLOAK.ALLOW", "k", "10"][..], &["XCLOAK.PEEK", "k"], &["XCLOAK.ALLOW"]] {
+    for line in [&["XCLOAK.ALLOW", "k", "10"][..], &["XCLOAK.PEEK", "k"], &["XCLOAK.ALLOW"], &["XCLOAK.REFUND", "k"]] {
         let text = error_of(&mut conn, line).to_lowercase();
         let expected = format!("err wrong number of arguments for '{}' command", line[0].to_lowercase());
         assert_eq!(text, expected, "{line:?}");
@@ -287,6 +304,13 @@ fn replies_are_identical_under_resp2_and_resp3() {
         "XCLOAK.ALLOW {k} 1000 3 TIER 60000 4 TIER 10 1 NOW 5002 DETAILS",
         "XCLOAK.PEEK {k} 1000 3 TIER 60000 4 NOW 5002",
         "XCLOAK.ALLOW {k} 1000 3 TIER 60000 4 NOW 5003",
+        "XCLOAK.ALLOW {k} 1000 9 NOW 6000 STAMP",
+        "XCLOAK.ALLOW {k} 1000 9 NOW 6001 COST 2 DETAILS STAMP",
+        "XCLOAK.ALLOW {k} 1000 9 TIER 60000 9 NOW 6002 STAMP DETAILS",
+        "XCLOAK.ALLOW {k} 1000 0 NOW 6003 STAMP",
+        "XCLOAK.REFUND {k} 6001 COST 5",
+        "XCLOAK.REFUND {k} 1",
+        "XCLOAK.REFUND {k} -1",
     ];
     for (index, line) in script.iter().enumerate() {
         let reply = |conn: &mut Connection, key: &str| -> Result<Value, (String, String)> {
@@ -305,9 +329,11 @@ fn replies_are_identical_under_resp2_and_resp3() {
             let is_integers = match value {
                 Value::Int(_) => true,
                 Value::Array(items) if items.len() == 5 => all_integers(items),
+                Value::Array(items) if items.len() == 6 && line.contains("STAMP") && !line.contains("TIER") => all_integers(items),
                 // With TIER: five integers, then an array of five-integer arrays.
-                Value::Array(items) if items.len() == 6 && line.contains("TIER") => {
+                Value::Array(items) if items.len() == 6 + line.contains("STAMP") as usize && line.contains("TIER") => {
                     all_integers(&items[..5])
+                        && (!line.contains("STAMP") || matches!(items[6], Value::Int(6002)))
                         && matches!(&items[5], Value::Array(tiers) if !tiers.is_empty() && tiers.iter().all(|t| {
                             matches!(t, Value::Array(f) if f.len() == 5 && all_integers(f))
                         }))

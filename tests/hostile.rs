@@ -225,11 +225,17 @@ fn option() -> impl Strategy<Value = Vec<Vec<u8>>> {
         3 => (prop_oneof![3 => valid_cost, 1 => near_valid()]).prop_map(|v| vec![b"COST".to_vec(), v]),
         3 => (prop_oneof![3 => valid_now, 1 => near_valid()]).prop_map(|v| vec![b"NOW".to_vec(), v]),
         2 => Just(vec![b"DETAILS".to_vec()]),
+        1 => Just(vec![b"STAMP".to_vec()]),
+        2 => ((1i64..100_000).prop_map(|n| n.to_string().into_bytes()), prop_oneof![3 => (0i64..20).prop_map(|n| n.to_string().into_bytes()), 1 => near_valid()])
+            .prop_map(|(w, l)| vec![b"TIER".to_vec(), w, l]),
         1 => near_valid().prop_map(|t| vec![t]),
     ]
 }
 
-fn argument_vector() -> impl Strategy<Value = (bool, Vec<u8>, Vec<Vec<u8>>)> {
+/// (command, key, arguments after the key); the command is XCLOAK.ALLOW,
+/// XCLOAK.PEEK or XCLOAK.REFUND (whose stamp is the window word, and which
+/// usually drops the limit word).
+fn argument_vector() -> impl Strategy<Value = (&'static str, Vec<u8>, Vec<Vec<u8>>)> {
     let key = prop_oneof![
         4 => proptest::sample::select(vec!["rl:a", "rl:b", "k", "string", "list", "hash", "set", "stream", "zforeign", "fresh", "\0\r\n"])
             .prop_map(|k| k.as_bytes().to_vec()),
@@ -243,7 +249,13 @@ fn argument_vector() -> impl Strategy<Value = (bool, Vec<u8>, Vec<Vec<u8>>)> {
         words
     });
     let words = prop_oneof![3 => structured, 1 => proptest::collection::vec(near_valid(), 0..9)];
-    (any::<bool>(), key, words)
+    let command = proptest::sample::select(vec!["XCLOAK.ALLOW", "XCLOAK.ALLOW", "XCLOAK.PEEK", "XCLOAK.REFUND"]);
+    (command, key, words, prop::bool::weighted(0.8)).prop_map(|(command, key, mut words, drop_limit)| {
+        if command == "XCLOAK.REFUND" && drop_limit && words.len() >= 2 {
+            words.remove(1);
+        }
+        (command, key, words)
+    })
 }
 
 /// Random argument vectors against a live server: it never dies, and a call
@@ -260,9 +272,9 @@ fn random_argument_vectors_never_kill_the_server_nor_write_on_error() {
     let conn = std::cell::RefCell::new(conn);
     let (errors, replies) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
     let mut runner = TestRunner::new(Config { cases: 600, failure_persistence: None, ..Config::default() });
-    let result = runner.run(&argument_vector(), |(is_allow, key, words)| {
+    let result = runner.run(&argument_vector(), |(command, key, words)| {
         let conn = &mut *conn.borrow_mut();
-        let mut cmd = redis::cmd(if is_allow { "XCLOAK.ALLOW" } else { "XCLOAK.PEEK" });
+        let mut cmd = redis::cmd(command);
         cmd.arg(key.as_slice());
         for word in &words {
             cmd.arg(word.as_slice());

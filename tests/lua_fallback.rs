@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 const FALLBACK: &str = include_str!("../src/lua/xcloak_allow.lua");
+const REFUND_FALLBACK: &str = include_str!("../src/lua/xcloak_refund.lua");
 const MAX_EXACT_MS: i64 = 9_007_199_254_740_991;
 
 /// Which implementation answers a call.
@@ -33,8 +34,9 @@ enum Via {
 enum Reply {
     Int(i64),
     Fields(Vec<i64>),
-    /// A details reply with `TIER`: the five integers, then one five-integer array per tier.
-    Tiered(Vec<i64>, Vec<Vec<i64>>),
+    /// An array holding arrays: a details reply with `TIER` (five integers,
+    /// the per-tier arrays, and with `STAMP` the stamp).
+    Nested(Vec<Reply>),
     Error(String),
     Other(String),
 }
@@ -47,17 +49,7 @@ fn normalise(value: RedisResult<Value>) -> Reply {
     match value {
         Ok(Value::Int(n)) => Reply::Int(n),
         Ok(Value::Array(items)) if items.iter().all(|v| matches!(v, Value::Int(_))) => Reply::Fields(integers(&items)),
-        Ok(Value::Array(items))
-            if items.len() == 6
-                && items[..5].iter().all(|v| matches!(v, Value::Int(_)))
-                && matches!(&items[5], Value::Array(tiers) if tiers.iter().all(|t| {
-                    matches!(t, Value::Array(f) if f.len() == 5 && f.iter().all(|v| matches!(v, Value::Int(_))))
-                })) =>
-        {
-            let Value::Array(tiers) = &items[5] else { unreachable!() };
-            let tiers = tiers.iter().map(|t| if let Value::Array(f) = t { integers(f) } else { unreachable!() }).collect();
-            Reply::Tiered(integers(&items[..5]), tiers)
-        }
+        Ok(Value::Array(items)) => Reply::Nested(items.into_iter().map(|item| normalise(Ok(item))).collect()),
         Ok(Value::ServerError(error)) => {
             Reply::Error(format!("{} {}", error.code(), error.details().unwrap_or("")))
         }
@@ -68,6 +60,10 @@ fn normalise(value: RedisResult<Value>) -> Reply {
 
 fn integers(items: &[Value]) -> Vec<i64> {
     items.iter().map(|v| if let Value::Int(n) = v { *n } else { unreachable!() }).collect()
+}
+
+fn load_script(conn: &mut Connection, script: &str) -> String {
+    redis::cmd("SCRIPT").arg("LOAD").arg(script).query(conn).unwrap()
 }
 
 fn load_fallback(conn: &mut Connection) -> String {
@@ -104,16 +100,35 @@ struct Observed {
     pttl: i64,
 }
 
+/// `XCLOAK.REFUND key args...`, or the refund script with the same arguments.
+fn refund_cmd(via: Via, sha: &str, key: &str, args: &[String]) -> redis::Cmd {
+    let mut cmd = match via {
+        Via::Native => redis::cmd("XCLOAK.REFUND"),
+        Via::Lua => {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(sha).arg(1);
+            cmd
+        }
+    };
+    cmd.arg(key).arg(args);
+    cmd
+}
+
 /// The call, then ZRANGE WITHSCORES, PTTL and PERSIST of the key, atomically.
 fn observe(conn: &mut Connection, via: Via, sha: &str, key: &str, args: &[String]) -> Observed {
+    observe_cmd(conn, call_cmd(via, sha, key, args), key)
+}
+
+fn observe_cmd(conn: &mut Connection, command: redis::Cmd, key: &str) -> Observed {
+    let what = String::from_utf8_lossy(&command.get_packed_command()).replace("\r\n", " ");
     let mut pipe = redis::pipe();
     pipe.atomic()
-        .add_command(call_cmd(via, sha, key, args))
+        .add_command(command)
         .cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES")
         .cmd("PTTL").arg(key)
         .cmd("PERSIST").arg(key).ignore();
     let (reply, entries, pttl): (Value, Vec<(String, String)>, i64) =
-        pipe.query(conn).unwrap_or_else(|e| panic!("{via:?} {key} {args:?}: {e}"));
+        pipe.query(conn).unwrap_or_else(|e| panic!("{what}: {e}"));
     Observed { reply: normalise(Ok(reply)), entries, pttl }
 }
 
@@ -150,6 +165,8 @@ struct Step {
     new_limit: Option<i64>,
     /// Used by the interleaving test: which implementation makes this call.
     via: Via,
+    /// `STAMP`: the reply carries the admission's stamp.
+    stamp: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -186,8 +203,15 @@ fn step_strategy() -> impl Strategy<Value = Step> {
         3 => 1..=10i64,
         2 => 200..=1500i64,
     ];
-    (dt, cost, any::<bool>(), prop::option::weighted(0.1, limit_strategy()), any::<bool>()).prop_map(
-        |(dt, cost, details, new_limit, lua)| Step { dt, cost, details, new_limit, via: if lua { Via::Lua } else { Via::Native } },
+    (dt, cost, any::<bool>(), prop::option::weighted(0.1, limit_strategy()), any::<bool>(), prop::bool::weighted(0.3)).prop_map(
+        |(dt, cost, details, new_limit, lua, stamp)| Step {
+            dt,
+            cost,
+            details,
+            new_limit,
+            via: if lua { Via::Lua } else { Via::Native },
+            stamp,
+        },
     )
 }
 
@@ -255,6 +279,9 @@ impl Sequence {
                 if step.details {
                     args.push("DETAILS".into());
                 }
+                if step.stamp {
+                    args.push("STAMP".into());
+                }
                 (step.via, args, w)
             })
             .collect()
@@ -290,7 +317,7 @@ fn fallback_equals_the_command_on_random_sequences() {
                 let native = observe(&mut conn, Via::Native, &sha, &native_key, &args);
                 let what = format!("call {i} {args:?}");
                 prop_assert!(
-                    matches!(native.reply, Reply::Int(_) | Reply::Fields(_) | Reply::Tiered(..)),
+                    matches!(native.reply, Reply::Int(_) | Reply::Fields(_) | Reply::Nested(_)),
                     "{what}: native replied {:?}", native.reply
                 );
                 prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
@@ -326,6 +353,82 @@ fn command_and_fallback_share_a_key() {
                 prop_assert_eq!(&mixed.entries, &reference.entries, "{}: members and scores", what);
             }
             let _: () = redis::cmd("DEL").arg(&mixed_key).arg(&native_key).query(&mut conn).unwrap();
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// One step of a refund sequence: an `ALLOW ... STAMP`, or a refund of an
+/// earlier stamp (admitted or not, maybe refunded already) or of an unknown one.
+#[derive(Clone, Debug)]
+enum RefundStep {
+    Allow { forward_ms: i64, cost: i64, details: bool },
+    Refund { target: usize, unknown: bool, cost: Option<i64> },
+}
+
+fn refund_step_strategy() -> impl Strategy<Value = RefundStep> {
+    let forward = prop_oneof![3 => Just(0i64), 1 => Just(1i64), 2 => 0..3_000i64];
+    let allow_cost = prop_oneof![6 => 1..=3i64, 1 => 900..=1200i64];
+    let refund_cost = prop::option::weighted(0.7, prop_oneof![4 => 1..=3i64, 1 => 1..=2_000i64]);
+    prop_oneof![
+        3 => (forward, allow_cost, any::<bool>()).prop_map(|(forward_ms, cost, details)| RefundStep::Allow { forward_ms, cost, details }),
+        2 => (any::<usize>(), prop::bool::weighted(0.15), refund_cost).prop_map(|(target, unknown, cost)| RefundStep::Refund { target, unknown, cost }),
+    ]
+}
+
+/// ALLOW ... STAMP and refunds through the scripts and through the commands,
+/// on two keys: every reply (stamps and counts), every member and score, and
+/// the TTL state agree after every call. Refunds take the last members at
+/// their score in both, so later admissions reuse the same slots.
+#[test]
+fn refunds_and_stamps_equal_the_commands() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let (allow_sha, refund_sha) = (load_fallback(&mut conn), load_script(&mut conn, REFUND_FALLBACK));
+    let conn = RefCell::new(conn);
+    let strategy = (1..=3_000i64, 0..=2_500i64, prop::collection::vec(refund_step_strategy(), 1..40));
+    runner(64)
+        .run(&strategy, |(window, limit, steps)| {
+            let mut conn = conn.borrow_mut();
+            let (lua_key, native_key) = (fresh_key("lua-refund"), fresh_key("native-refund"));
+            let mut now = 1_732_941_234_567i64;
+            let mut stamps: Vec<i64> = Vec::new();
+            for (i, step) in steps.iter().enumerate() {
+                let (args, is_refund) = match step {
+                    RefundStep::Allow { forward_ms, cost, details } => {
+                        now += forward_ms;
+                        stamps.push(now);
+                        let mut args = vec![window.to_string(), limit.to_string(), "NOW".into(), now.to_string()];
+                        args.extend(["COST".into(), cost.to_string(), "STAMP".into()]);
+                        if *details {
+                            args.push("DETAILS".into());
+                        }
+                        (args, false)
+                    }
+                    RefundStep::Refund { target, unknown, cost } => {
+                        let stamp = if *unknown || stamps.is_empty() { now - 1 - (*target % 100) as i64 } else { stamps[target % stamps.len()] };
+                        let mut args = vec![stamp.to_string()];
+                        if let Some(cost) = cost {
+                            args.extend(["COST".into(), cost.to_string()]);
+                        }
+                        (args, true)
+                    }
+                };
+                let command = |via: Via, key: &str| {
+                    if is_refund { refund_cmd(via, &refund_sha, key, &args) } else { call_cmd(via, &allow_sha, key, &args) }
+                };
+                let lua = observe_cmd(&mut conn, command(Via::Lua, &lua_key), &lua_key);
+                let native = observe_cmd(&mut conn, command(Via::Native, &native_key), &native_key);
+                let what = format!("call {i} {} {args:?}", if is_refund { "REFUND" } else { "ALLOW" });
+                prop_assert!(!matches!(native.reply, Reply::Error(_) | Reply::Other(_)), "{what}: native replied {:?}", native.reply);
+                prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
+                prop_assert_eq!(&lua.entries, &native.entries, "{}: members and scores", what);
+                prop_assert_eq!(lua.pttl == -1, native.pttl == -1, "{}: TTL touched by one only", what);
+                if is_refund {
+                    prop_assert!(native.pttl == -1 || native.pttl == -2, "{}: a refund set a TTL ({})", what, native.pttl);
+                }
+            }
+            let _: () = redis::cmd("DEL").arg(&lua_key).arg(&native_key).query(&mut conn).unwrap();
             Ok(())
         })
         .unwrap();
@@ -439,6 +542,8 @@ fn errors_match_the_command() {
         &["10", "1", "TIER", "5", "COST", "2"],
         &["10", "1", "TIER", "5", "1", "TIER"],
         &["10", "1", "TIER", "5", "1", "FOO"],
+        &["10", "1", "STAMP", "stamp"],
+        &["10", "1", "STAMP", "DETAILS", "STAMPS"],
     ];
     // 16 TIERs: one too many (and 15 with a bad 16th, whose range error comes first).
     let too_many: Vec<String> = ["10", "1"].into_iter().chain(["TIER", "5", "1"].repeat(16)).map(String::from).collect();
@@ -485,6 +590,59 @@ fn errors_match_the_command() {
             Reply::Error(text) => assert!(text.contains("exactly one key"), "{text}"),
             other => panic!("{keys} keys: {other:?}"),
         }
+    }
+}
+
+/// Every bad refund is an error from both, with the same text, and changes
+/// nothing; another type gets WRONGTYPE; a missing key replies 0.
+#[test]
+fn refund_errors_match_the_command() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_script(&mut conn, REFUND_FALLBACK);
+    assert_eq!(allow_at(&mut conn, "z", 60_000, 5, 5000), 1);
+    let _: () = redis::cmd("SET").arg("s").arg("text").query(&mut conn).unwrap();
+    let bad: &[&[&str]] = &[
+        &[],
+        &["-1"],
+        &["9007199254740992"],
+        &["1.5"],
+        &["+5000"],
+        &["05000"],
+        &["x"],
+        &["5000", "COST"],
+        &["5000", "COST", "0"],
+        &["5000", "COST", "1000001"],
+        &["5000", "COST", "1", "cost", "2"],
+        &["5000", "COST", "1", "COST"],
+        &["5000", "NOW", "5"],
+        &["5000", "1"],
+        &["5000", "it's\r\nlong-and-weird-\u{1}-token-of-more-than-32-bytes"],
+    ];
+    let before = entries(&mut conn, "z");
+    for args in bad {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let lua = normalise(refund_cmd(Via::Lua, &sha, "z", &args).query(&mut conn));
+        let native = normalise(refund_cmd(Via::Native, &sha, "z", &args).query(&mut conn));
+        assert!(matches!(native, Reply::Error(_)), "{args:?}: native replied {native:?}");
+        // Before 7.0 the server's arity error names the command as typed.
+        let native = match native {
+            Reply::Error(text) if !at_least_7_0() && text.contains("wrong number of arguments") => {
+                Reply::Error(text.replace("'XCLOAK.REFUND'", "'xcloak.refund'"))
+            }
+            other => other,
+        };
+        assert_eq!(lua, native, "{args:?}");
+        assert_eq!(entries(&mut conn, "z"), before, "{args:?} changed the key");
+    }
+    let args = vec!["5000".to_string()];
+    let lua = normalise(refund_cmd(Via::Lua, &sha, "s", &args).query(&mut conn));
+    assert_eq!(lua, Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
+    assert_eq!(lua, normalise(refund_cmd(Via::Native, &sha, "s", &args).query(&mut conn)));
+    for via in [Via::Lua, Via::Native] {
+        assert_eq!(normalise(refund_cmd(via, &sha, "missing", &args).query(&mut conn)), Reply::Int(0), "{via:?}");
+        let exists: i64 = redis::cmd("EXISTS").arg("missing").query(&mut conn).unwrap();
+        assert_eq!(exists, 0, "{via:?}: a refund created the key");
     }
 }
 
@@ -574,7 +732,25 @@ fn fallback_replicates_effects_only() {
         }
         assert!(matches!(call(&mut conn, Via::Lua, &sha, &key, &args), Reply::Int(_)));
     }
+    // Admissions with STAMP, then refunds of half of them: replicated as
+    // ZREMs of the exact members; the last refunds empty the key.
+    let refund_sha = load_script(&mut conn, REFUND_FALLBACK);
+    let mut stamps = Vec::new();
+    for i in 0..20 {
+        let args: Vec<String> = ["60000", "100", "COST", "3", "STAMP"].map(String::from).to_vec();
+        match call(&mut conn, Via::Lua, &sha, "r-refund", &args) {
+            Reply::Int(stamp) if stamp > 0 => stamps.push(stamp),
+            other => panic!("admission {i}: {other:?}"),
+        }
+    }
+    for (i, stamp) in stamps.iter().enumerate() {
+        let args = vec![stamp.to_string(), "COST".into(), if i % 2 == 0 { "2" } else { "3" }.to_string()];
+        assert!(matches!(normalise(refund_cmd(Via::Lua, &refund_sha, "r-refund", &args).query(&mut conn)), Reply::Int(1..)));
+    }
+    // 20 x 3 entries, refunds of 10 x 2 + 10 x 3 (each stamp holds at least what its refunds ask).
+    assert_eq!(entries(&mut conn, "r-refund").len(), 10);
     wait_replicated(&primary, &replica);
+    assert_eq!(entries(&mut conn, "r-refund"), entries(&mut replica_conn, "r-refund"));
     for i in 0..7 {
         let key = format!("r{i}");
         assert_eq!(entries(&mut conn, &key), entries(&mut replica_conn, &key), "{key}");
@@ -592,6 +768,7 @@ fn fallback_replicates_effects_only() {
     let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut replica_conn).unwrap();
     assert!(!stats.contains("cmdstat_evalsha") && !stats.contains("cmdstat_eval:"), "the replica ran the script:\n{stats}");
     assert!(stats.contains("cmdstat_zadd"), "the replica got no ZADD:\n{stats}");
+    assert!(stats.contains("cmdstat_zrem:"), "the replica got no ZREM:\n{stats}");
 }
 
 /// After an admission both set the key's expiry to server time + window +

@@ -91,6 +91,39 @@ fn command_info_flags_arity_keys_and_key_specs() {
     }
 }
 
+/// XCLOAK.REFUND: `write fast` (not `denyoom`: it only frees), key 1,1,1,
+/// arity -3, key spec `RW delete`, and its documented arguments.
+#[test]
+fn refund_command_info_and_docs() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let info = command_info(&mut conn, "xcloak.refund");
+    let flags = texts(&info[2]);
+    assert!(flags.contains(&"write".to_string()) && flags.contains(&"fast".to_string()), "{flags:?}");
+    assert!(!flags.contains(&"denyoom".to_string()), "{flags:?}");
+    assert_eq!((int(&info[3]), int(&info[4]), int(&info[5])), (1, 1, 1), "key positions");
+    let keys: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg(&["XCLOAK.REFUND", "rl:a", "5", "COST", "2"]).query(&mut conn).unwrap();
+    assert_eq!(keys, ["rl:a"]);
+    if !at_least_7_0() {
+        return;
+    }
+    assert_eq!(int(&info[1]), -3, "arity");
+    let expected_categories: Vec<String> = if at_least_7_2() { vec!["@write".into(), "@fast".into()] } else { vec![] };
+    assert_eq!(texts(&info[6]), expected_categories, "ACL categories");
+    let specs = items(&info[8]);
+    assert_eq!(texts(field(&specs[0], "flags").unwrap()), ["RW", "delete"], "key spec flags");
+    let reply: Value = redis::cmd("COMMAND").arg("DOCS").arg("xcloak.refund").query(&mut conn).unwrap();
+    let docs = field(&reply, "xcloak.refund").expect("docs");
+    assert!(text(field(docs, "summary").unwrap()).contains("removes up to COST entries stamped exactly stamp"));
+    let arg = |name: &str, kind: &str, token: Option<&str>, optional: bool| {
+        (name.to_string(), kind.to_string(), token.map(str::to_string), optional)
+    };
+    assert_eq!(
+        documented_arguments(docs),
+        [arg("key", "key", None, false), arg("stamp", "integer", None, false), arg("cost", "integer", Some("COST"), true)]
+    );
+}
+
 /// (name, type, token, optional) of each documented argument.
 fn documented_arguments(docs: &Value) -> Vec<(String, String, Option<String>, bool)> {
     items(field(docs, "arguments").expect("arguments"))
@@ -142,6 +175,7 @@ fn command_docs_on_7_0_and_their_absence_on_6_2() {
         if name == "xcloak.allow" {
             assert!(summary.starts_with("Admits a request"), "{summary}");
             expected.push(arg("details", "pure-token", Some("DETAILS"), true));
+            expected.push(arg("stamp", "pure-token", Some("STAMP"), true));
         } else {
             assert!(summary.contains("writing nothing"), "{summary}");
         }
@@ -211,8 +245,8 @@ fn stat(conn: &mut Connection, name: &str) -> i64 {
 fn info_xcloak_counts_a_known_sequence() {
     let server = Server::start();
     let mut conn = server.client();
-    let counts = |conn: &mut Connection| ["admitted", "rejected", "peeks", "errors"].map(|n| stat(conn, n));
-    assert_eq!(counts(&mut conn), [0, 0, 0, 0]);
+    let counts = |conn: &mut Connection| ["admitted", "rejected", "peeks", "errors", "refunded"].map(|n| stat(conn, n));
+    assert_eq!(counts(&mut conn), [0, 0, 0, 0, 0]);
     assert_eq!(stat(&mut conn, "max_limit"), 1_000_000);
 
     let run = |conn: &mut Connection, line: &str| {
@@ -237,7 +271,11 @@ fn info_xcloak_counts_a_known_sequence() {
     // the module runs; on 6.2 the module answers it and counts it.
     assert!(run(&mut conn, "XCLOAK.ALLOW k 1000").is_err());
     let arity_errors = if at_least_7_0() { 0 } else { 1 };
-    assert_eq!(counts(&mut conn), [3, 2, 4, 4 + arity_errors]);
+    // Refunds count the entries they removed: 3 of k2's 5, none of an unknown stamp.
+    assert_eq!(run(&mut conn, "XCLOAK.REFUND k2 1 COST 3"), Ok(Value::Int(3)));
+    assert_eq!(run(&mut conn, "XCLOAK.REFUND k2 2 COST 3"), Ok(Value::Int(0)));
+    assert!(run(&mut conn, "XCLOAK.REFUND s 1").is_err(), "WRONGTYPE");
+    assert_eq!(counts(&mut conn), [3, 2, 4, 5 + arity_errors, 3]);
 
     // The section is in `INFO xcloak`, `INFO modules` and `INFO everything`.
     for section in ["modules", "everything"] {

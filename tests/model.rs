@@ -1,9 +1,10 @@
 //! Model-based test: a plain-Rust reference model of the sliding window,
-//! written here from the specification (issues 3 and 12), against the live
-//! XCLOAK.ALLOW / XCLOAK.PEEK over random call sequences with 1 to 4 tiers.
-//! Every field of the reply (the five integers, and with `TIER` the per-tier
-//! array) is compared after every call, and so is the stored log (the scores
-//! of the sorted set).
+//! written here from the specification (issues 3, 12 and 13), against the live
+//! XCLOAK.ALLOW / XCLOAK.PEEK / XCLOAK.REFUND over random call sequences with
+//! 1 to 4 tiers, `STAMP`, and refunds of earlier, expired, partial, doubled
+//! and unknown stamps. Every field of the reply (the five integers, with
+//! `TIER` the per-tier array, with `STAMP` the stamp; a refund's count) is
+//! compared after every call, and so is the stored log, on both storage forms.
 //!
 //! What would fail: a wrong admission rule (cost not all-or-nothing, `<`
 //! instead of `<=`, one tier checked and not the others, a rejected tiered
@@ -11,7 +12,9 @@
 //! `retry_after_ms`'s index, a tier's retry counted over another tier's
 //! entries, a `reset_after_ms` from the oldest instead of the newest entry,
 //! the wrong binding tier, a trim by a shorter window than the longest, PEEK
-//! trimming or recording, ALLOW not trimming, a clock step back losing entries.
+//! trimming or recording, ALLOW not trimming, a clock step back losing entries,
+//! a wrong stamp (or one on a rejection), a refund removing another stamp's
+//! entries, more than its cost, or trimming.
 
 mod common;
 use common::*;
@@ -29,6 +32,8 @@ type TierFields = [i64; 5];
 struct Expected {
     five: [i64; 5],
     tiers: Vec<TierFields>,
+    /// With `STAMP`: the admission's stamp, or -1.
+    stamp: Option<i64>,
 }
 
 /// The specification, executable. `stamps` is every stored entry (sorted),
@@ -55,6 +60,15 @@ impl Model {
         }
         let after: Vec<Vec<i64>> = tiers.iter().map(|&(window, _)| self.live(window, now)).collect();
         reply(tiers, &before, &after, allowed, cost, now)
+    }
+
+    /// REFUND: removes up to `cost` entries stamped exactly `stamp`; nothing else.
+    fn refund(&mut self, stamp: i64, cost: i64) -> i64 {
+        let held = self.stamps.iter().filter(|&&s| s == stamp).count() as i64;
+        let removed = held.min(cost);
+        let first = self.stamps.iter().position(|&s| s == stamp).unwrap_or(0);
+        self.stamps.drain(first..first + removed as usize);
+        removed
     }
 
     fn peek(&self, tiers: &[(i64, i64)], cost: i64, now: i64) -> Expected {
@@ -94,13 +108,20 @@ fn reply(tiers: &[(i64, i64)], before: &[Vec<i64>], after: &[Vec<i64>], allowed:
         (0..tiers.len()).filter(|&i| violated[i]).max_by_key(|&i| (wait(i), std::cmp::Reverse(i))).unwrap()
     };
     let b = fields[binding];
-    Expected { five: [allowed as i64, b[1], b[2], b[3], b[4]], tiers: if tiers.len() > 1 { fields } else { Vec::new() } }
+    let tiers = if tiers.len() > 1 { fields } else { Vec::new() };
+    Expected { five: [allowed as i64, b[1], b[2], b[3], b[4]], tiers, stamp: None }
 }
 
-/// A details reply as `Expected`: five integers, then the per-tier array if any.
-fn parse_details(value: &redis::Value) -> Result<Expected, TestCaseError> {
+/// A details reply as `Expected`: five integers, then the per-tier array if
+/// any, then the stamp if `stamped`.
+fn parse_details(value: &redis::Value, stamped: bool) -> Result<Expected, TestCaseError> {
     let fail = |what: &str| TestCaseError::fail(format!("{what}: {value:?}"));
     let redis::Value::Array(items) = value else { return Err(fail("not an array")) };
+    let (items, stamp) = match (stamped, items.split_last()) {
+        (true, Some((redis::Value::Int(stamp), rest))) => (rest, Some(*stamp)),
+        (true, _) => return Err(fail("no stamp last")),
+        (false, _) => (&items[..], None),
+    };
     if items.len() != 5 && items.len() != 6 {
         return Err(fail("not 5 or 6 elements"));
     }
@@ -122,13 +143,13 @@ fn parse_details(value: &redis::Value) -> Result<Expected, TestCaseError> {
     } else if items.len() == 6 {
         return Err(fail("the sixth element is not an array"));
     }
-    Ok(Expected { five, tiers })
+    Ok(Expected { five, tiers, stamp })
 }
 
 /// Runs `sequence` on a fresh key, comparing every reply and the stored log.
 fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result<(), TestCaseError> {
     let mut model = Model::default();
-    for (i, call, tiers, now) in walk(sequence) {
+    for (i, call, tiers, now, refund_stamp) in walk(sequence) {
         let tiers = &tiers;
         let cost = call.cost.unwrap_or(1);
         // PERSIST in the same MULTI: the key's TTL follows the server clock
@@ -136,19 +157,28 @@ fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result
         // window could expire the key between two calls on a slow machine.
         let (got,): (redis::Value,) = redis::pipe()
             .atomic()
-            .add_command(command_of(call, key, tiers, now))
+            .add_command(command_of(call, key, tiers, now, refund_stamp))
             .cmd("PERSIST")
             .arg(key)
             .ignore()
             .query(conn)
             .map_err(|e| TestCaseError::fail(format!("call {i} failed: {e}")))?;
-        let expected = if call.peek { model.peek(tiers, cost, now) } else { model.allow(tiers, cost, now) };
-        let context = format!("call {i} {call:?} tiers={tiers:?} now={now}");
-        if call.details || call.peek {
-            prop_assert_eq!(parse_details(&got)?, expected, "{}", context);
+        let context = format!("call {i} {call:?} tiers={tiers:?} now={now} refund_stamp={refund_stamp:?}");
+        let integer = |value: &redis::Value| -> Result<i64, TestCaseError> {
+            redis::from_redis_value(value).map_err(|e| TestCaseError::fail(format!("{e}: {context}")))
+        };
+        if let Some(stamp) = refund_stamp {
+            prop_assert_eq!(integer(&got)?, model.refund(stamp, cost), "{}", context);
         } else {
-            let flag: i64 = redis::from_redis_value(&got).map_err(|e| TestCaseError::fail(format!("{e}")))?;
-            prop_assert_eq!(flag, expected.five[0], "{}", context);
+            let mut expected = if call.peek { model.peek(tiers, cost, now) } else { model.allow(tiers, cost, now) };
+            if call.stamp {
+                expected.stamp = Some(if expected.five[0] == 1 { now } else { -1 });
+            }
+            if call.details || call.peek {
+                prop_assert_eq!(parse_details(&got, call.stamp)?, expected, "{}", context);
+            } else {
+                prop_assert_eq!(integer(&got)?, expected.stamp.unwrap_or(expected.five[0]), "{}", context);
+            }
         }
         let stored = stored_stamps(conn, key);
         prop_assert_eq!(&stored, &model.stamps, "stored log after {}", context);
@@ -209,18 +239,27 @@ fn the_model_matches_hand_computed_fields() {
     model.allow(&tiers, 1, 0);
     model.allow(&tiers, 1, 10);
     let short_full = model.allow(&tiers, 1, 20);
-    assert_eq!(short_full, Expected { five: [0, 2, 0, 80, 90], tiers: vec![[100, 2, 0, 80, 90], [1000, 3, 1, 0, 990]] });
+    assert_eq!(short_full, Expected { five: [0, 2, 0, 80, 90], tiers: vec![[100, 2, 0, 80, 90], [1000, 3, 1, 0, 990]], stamp: None });
     assert_eq!(model.stamps, [0, 10], "a rejection records nothing in any tier");
     let both_full = model.allow(&tiers, 1, 100);
     assert_eq!(both_full.five, [1, 2, 0, 0, 100], "admitted, both at 0 remaining: the earliest binds");
     let long_full = model.allow(&tiers, 1, 150);
-    assert_eq!(long_full, Expected { five: [0, 3, 0, 850, 950], tiers: vec![[100, 2, 1, 0, 50], [1000, 3, 0, 850, 950]] });
+    assert_eq!(long_full, Expected { five: [0, 3, 0, 850, 950], tiers: vec![[100, 2, 1, 0, 50], [1000, 3, 0, 850, 950]], stamp: None });
     assert_eq!(model.stamps, [0, 10, 100], "trimmed by the longest window only");
     // Both violated: the longest wait binds; a limit below the cost (-1) binds over any wait.
     let both = model.peek(&[(200, 1), (1000, 3)], 1, 150);
     assert_eq!(both.tiers, [[200, 1, 0, 150, 150], [1000, 3, 0, 850, 950]]);
     assert_eq!(both.five, [0, 3, 0, 850, 950]);
     assert_eq!(model.peek(&[(1000, 3), (10, 0)], 1, 150).five, [0, 0, 0, -1, 0]);
+
+    // Refunds: only that stamp, at most the cost, nothing trimmed.
+    assert_eq!(model.refund(10, 5), 1);
+    assert_eq!(model.refund(10, 1), 0, "refunded twice");
+    assert_eq!(model.refund(7, 1), 0, "unknown");
+    model.allow(&[(1000, 9)], 3, 150);
+    assert_eq!(model.refund(150, 2), 2, "partial");
+    assert_eq!(model.stamps, [0, 100, 150]);
+    assert_eq!(model.refund(0, 1), 1, "expired at 1150 but still stored: found");
 }
 
 /// One sequence the generator is meant to reach, pinned: the 128-entry
@@ -233,10 +272,10 @@ fn large_windows_across_the_encoding_change() {
     let mut calls = Vec::new();
     for i in 0..140 {
         let step = if i % 10 == 0 { Step::Forward(7) } else { Step::Zero };
-        calls.push(Call { peek: i % 3 == 0, details: true, cost: Some(1 + i % 3), step, new_tiers: None });
+        calls.push(Call { refund: None, stamp: false, peek: i % 3 == 0, details: true, cost: Some(1 + i % 3), step, new_tiers: None });
     }
-    calls.push(Call { peek: false, details: true, cost: None, step: Step::Back(50), new_tiers: Some(vec![(10_000, 150)]) });
-    calls.push(Call { peek: true, details: true, cost: Some(3), step: Step::WindowPlusOne(0), new_tiers: None });
+    calls.push(Call { refund: None, stamp: false, peek: false, details: true, cost: None, step: Step::Back(50), new_tiers: Some(vec![(10_000, 150)]) });
+    calls.push(Call { refund: None, stamp: false, peek: true, details: true, cost: Some(3), step: Step::WindowPlusOne(0), new_tiers: None });
     let sequence = Sequence { tiers: vec![(10_000, 300), (20, 40), (1_000, 200)], calls };
     check(&mut conn, "model:pinned", &sequence).unwrap();
     let card: usize = redis::cmd("ZCARD").arg("model:pinned").query(&mut conn).unwrap();

@@ -4,7 +4,8 @@
 //! and the stored entries must be equal after every call.
 //!
 //! The sequences (tests/common/sequences.rs, the model test's) cover ALLOW
-//! with and without DETAILS, PEEK, 1 to 4 tiers, COST up to the limit and
+//! with and without DETAILS and STAMP, PEEK, REFUND (of earlier, expired,
+//! doubled and unknown stamps), 1 to 4 tiers, COST up to the limit and
 //! beyond, NOW moving by 0, 1, around a tier's window, randomly and
 //! backwards, tiers changing mid-sequence (windows up to 2^53 - 1), and limit
 //! 0. Each call runs as `MULTI call; PTTL; PERSIST; EXISTS EXEC`, so real time
@@ -13,8 +14,9 @@
 //! What would fail: any difference between `store/zset.rs` and
 //! `store/compact.rs` in trim, count, nth_live, newest or record (an
 //! off-by-one at the cutoff, a run's count lost when a stamp repeats, an
-//! entry inserted at the wrong place after a step back), a compact key left
-//! behind empty, or a TTL set (or not) differently.
+//! entry inserted at the wrong place after a step back, a refund removing
+//! another count), a compact key left behind empty, or a TTL set (or not)
+//! differently (a refund must set none).
 mod common;
 use common::*;
 
@@ -47,13 +49,17 @@ fn run(conn: &mut Connection, command: &redis::Cmd, key: &str, window: i64) -> R
 }
 
 fn check(zset: &mut Connection, compact: &mut Connection, key: &str, sequence: &Sequence) -> Result<(), TestCaseError> {
-    for (i, call, tiers, now) in walk(sequence) {
-        let command = command_of(call, key, &tiers, now);
+    for (i, call, tiers, now, refund_stamp) in walk(sequence) {
+        let command = command_of(call, key, &tiers, now, refund_stamp);
         let longest = tiers.iter().map(|&(window, _)| window).max().unwrap_or(1);
-        let context = format!("call {i} {call:?} tiers={tiers:?} now={now}");
+        let context = format!("call {i} {call:?} tiers={tiers:?} now={now} refund_stamp={refund_stamp:?}");
         let on_zset = run(zset, &command, key, longest)?;
         let on_compact = run(compact, &command, key, longest)?;
         prop_assert_eq!(&on_compact, &on_zset, "reply, TTL class, EXISTS after {}", context);
+        if refund_stamp.is_some() {
+            // The previous call's PERSIST left no expiry: a refund sets none.
+            prop_assert!(on_zset.1 != 1, "a refund set an expiry: {}", context);
+        }
         if on_compact.2 == 1 {
             prop_assert_eq!(key_type(compact, key), "xcloaklog");
         }

@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
 
     match args::parse(command, &argv, max_limit) {
         Ok(request) => {
-            let most = 4 + (MAX_TIERS - 1) * 3 + 5;
+            let most = 4 + (MAX_TIERS - 1) * 3 + 6;
             assert!(argv.len() >= 4 && argv.len() <= most, "accepted {} words", argv.len());
             assert!((1..=MAX_TIERS).contains(&request.tiers.len()));
             for tier in request.tiers.iter() {
@@ -48,6 +48,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!((0..=MAX_EXACT_MS).contains(&now));
             }
             assert!(!(request.details && command == Command::Peek), "PEEK has no DETAILS");
+            assert!(!(request.stamp && command == Command::Peek), "PEEK has no STAMP");
             assert_eq!(args::parse_i64(argv[2]), Some(request.tiers[0].window_ms));
             assert_eq!(args::parse_i64(argv[3]), Some(request.tiers[0].limit));
         }

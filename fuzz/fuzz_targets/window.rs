@@ -67,6 +67,12 @@ impl Log for VecLog {
         let at = self.0.partition_point(|&s| s <= now_ms);
         self.0.splice(at..at, std::iter::repeat(now_ms).take(cost as usize));
     }
+    fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
+        let end = self.0.partition_point(|&s| s <= stamp_ms);
+        let start = self.0[..end].partition_point(|&s| s < stamp_ms).max(end.saturating_sub(count as usize));
+        self.0.drain(start..end);
+        (end - start) as u64
+    }
 }
 
 const WINDOWS: [i64; 8] = [1, 2, 3, 10, 100, 1000, 86_400_000, MAX_EXACT_MS];
@@ -118,7 +124,7 @@ fuzz_target!(|data: &[u8]| {
         now = (now.saturating_add(step)).clamp(0, MAX_EXACT_MS);
 
         let cost = i64::from(op >> 2) % (smallest_limit + 3) + 1;
-        let request = Request { tiers, cost, now_ms: Some(now), details: op & 1 == 1 };
+        let request = Request { tiers, cost, now_ms: Some(now), details: op & 1 == 1, stamp: false };
         let live_before: Vec<i64> = tiers.iter().map(|t| live(&log, t, now)).collect();
         let fits = tiers.iter().zip(&live_before).all(|(t, &l)| l + cost <= t.limit);
         let before = log.clone();
@@ -134,30 +140,33 @@ fuzz_target!(|data: &[u8]| {
             continue;
         }
 
-        let d = window::allow(&mut log, &request, now, request.details);
+        let (allowed, d) = if request.details {
+            let d = window::allow(&mut log, &request, now, true);
+            (d.allowed, Some(d))
+        } else {
+            (window::admit(&mut log, &request, now), None)
+        };
         // No live entry lost; exactly `cost` entries at `now` on admission.
         let mut expected: Vec<i64> = before.0.iter().copied().filter(|&s| s > now - longest_ms).collect();
-        if d.allowed {
+        if allowed {
             expected.extend(std::iter::repeat(now).take(cost as usize));
             expected.sort_unstable();
             admitted.extend(std::iter::repeat(now).take(cost as usize));
         }
         assert_eq!(log.0, expected, "log after ALLOW at {now} (longest window {longest_ms})");
-        assert_eq!(d.allowed, fits, "decision");
-        let added = if d.allowed { cost } else { 0 };
+        assert_eq!(allowed, fits, "decision");
+        let added = if allowed { cost } else { 0 };
         let live_after: Vec<i64> = live_before.iter().map(|l| l + added).collect();
-        if d.allowed {
+        if allowed {
             for (tier, &l) in tiers.iter().zip(&live_after) {
                 assert!(l <= tier.limit, "admitted past the limit: {l} > {}", tier.limit);
             }
         }
-        if request.details {
-            check_fields(&d, &request, &live_before, &live_after);
-            check_waits(&log, &request, now, &d);
-        } else {
-            assert_eq!(d.binding().limit, tiers[d.binding].limit);
+        if let Some(d) = &d {
+            check_fields(d, &request, &live_before, &live_after);
+            check_waits(&log, &request, now, d);
         }
-        if !may_step_back && d.allowed {
+        if !may_step_back && allowed {
             for tier in tiers.iter() {
                 let inside = admitted.iter().filter(|&&s| s > now - tier.window_ms && s <= now).count() as i64;
                 assert!(inside <= tier.limit, "{inside} admitted in ({}, {now}] with limit {}", now - tier.window_ms, tier.limit);

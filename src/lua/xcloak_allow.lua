@@ -3,13 +3,16 @@
 -- same replies, same error texts, same sorted-set layout and members, so a
 -- deployment can switch between the script and the command on the same keys.
 --
---   EVALSHA sha 1 key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [DETAILS]
+--   EVALSHA sha 1 key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [DETAILS] [STAMP]
 --
 -- Reply: 1 or 0; with DETAILS the array
 --   {allowed, limit, remaining, retry_after_ms, reset_after_ms}
 -- of the binding tier, and with TIER a sixth element: one
 --   {window, limit, remaining, retry_after_ms, reset_after_ms}
 -- per tier, in the order given (the positional window and limit first).
+-- STAMP replies the admission's stamp (the millisecond it recorded, or -1 on
+-- a rejection) instead of 1/0, or as the last element of the DETAILS array:
+-- the handle xcloak_refund.lua (and XCLOAK.REFUND) takes.
 --
 -- One key only (Cluster-safe). Works on Redis 6.2+ and Valkey: it reads TIME,
 -- so it replicates its effects (the default from Redis 7; asked for on 6.2),
@@ -156,7 +159,7 @@ if not limit then
 end
 -- Tier i (1-based here) is {window, limit}; errors number TIERs from 1, as the module.
 local tiers = {{window, limit}}
-local cost, now, details = 1, nil, false
+local cost, now, details, want_stamp = 1, nil, false, false
 local seen = {}
 local i = 3
 while i <= #ARGV do
@@ -181,8 +184,8 @@ while i <= #ARGV do
     tiers[#tiers + 1] = {tier_window, tier_limit}
     i = i + 3
   else
-    if option ~= 'COST' and option ~= 'NOW' and option ~= 'DETAILS' then
-      return fail("syntax error, unknown option '" .. printable(ARGV[i]) .. "' (expected TIER, COST, NOW or DETAILS)")
+    if option ~= 'COST' and option ~= 'NOW' and option ~= 'DETAILS' and option ~= 'STAMP' then
+      return fail("syntax error, unknown option '" .. printable(ARGV[i]) .. "' (expected TIER, COST, NOW, DETAILS or STAMP)")
     end
     if seen[option] then
       return fail('syntax error, ' .. option .. ' is given more than once')
@@ -190,6 +193,8 @@ while i <= #ARGV do
     seen[option] = true
     if option == 'DETAILS' then
       details = true
+    elseif option == 'STAMP' then
+      want_stamp = true
     else
       i = i + 1
       local value = ARGV[i]
@@ -287,7 +292,16 @@ if allowed then
   end
 end
 
+-- STAMP: the millisecond this admission recorded, or -1.
+local stamp_reply = -1
+if allowed then
+  stamp_reply = now
+end
+
 if not details then
+  if want_stamp then
+    return stamp_reply
+  end
   return allowed and 1 or 0
 end
 
@@ -346,6 +360,9 @@ end
 local b = fields[binding or 1]
 local reply = {allowed and 1 or 0, b[2], b[3], b[4], b[5]}
 if #tiers > 1 then
-  reply[6] = fields
+  reply[#reply + 1] = fields
+end
+if want_stamp then
+  reply[#reply + 1] = stamp_reply
 end
 return reply

@@ -138,9 +138,10 @@ impl CompactLog {
     /// Replicates the call's changes, and the expiry to set, as one
     /// `XCLOAK.APPLY key <effect>`.
     pub fn replicate_changes(&self, expire_at_ms: Option<i64>) {
-        let Changes { trimmed, cutoff_ms, added, added_at_ms } = self.changes;
+        let Changes { trimmed, cutoff_ms, added, added_at_ms, removed, removed_at_ms } = self.changes;
         let effect = Effect {
             trim_cutoff_ms: (trimmed > 0).then_some(cutoff_ms),
+            remove: (removed > 0).then_some((removed_at_ms, removed)),
             add: (added > 0).then_some((added_at_ms, added)),
             expire_at_ms,
             ..Effect::default()
@@ -215,6 +216,21 @@ impl Log for CompactLog {
         self.changes.added += cost;
         self.changes.added_at_ms = now_ms;
     }
+
+    fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
+        // SAFETY: as in `trim`.
+        let Some(log) = (unsafe { self.value.as_mut() }) else { return 0 };
+        let removed = log.remove_at(stamp_ms, count);
+        if removed > 0 {
+            self.changes.removed += removed;
+            self.changes.removed_at_ms = stamp_ms;
+        }
+        if log.is_empty() {
+            self.key.delete();
+            self.value = ptr::null_mut();
+        }
+        removed
+    }
 }
 
 /// Every entry at `key` (which holds this type) as runs, oldest first.
@@ -274,14 +290,7 @@ pub fn apply(key: Key, effect: &Effect, bytes: Option<&[u8]>) -> Result<(), Stri
         window.trim(cutoff_ms);
     }
     if let Some((stamp_ms, count)) = effect.remove {
-        // SAFETY: as in `CompactLog::log`.
-        if let Some(log) = unsafe { window.value.as_mut() } {
-            log.remove_at(stamp_ms, count);
-            if log.is_empty() {
-                window.key.delete();
-                window.value = ptr::null_mut();
-            }
-        }
+        window.remove_at(stamp_ms, count);
     }
     if let Some((stamp_ms, count)) = effect.add {
         window.record(stamp_ms, count);

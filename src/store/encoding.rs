@@ -319,6 +319,10 @@ impl Log for RunLog {
         (!self.is_empty()).then_some(self.open_ms)
     }
 
+    fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
+        RunLog::remove_at(self, stamp_ms, count)
+    }
+
     fn record(&mut self, now_ms: i64, cost: u64) {
         if cost == 0 {
             return;

@@ -65,6 +65,7 @@ pub fn missing_api() -> Option<&'static str> {
         RedisModule_OpenKey, RedisModule_CloseKey, RedisModule_KeyType, RedisModule_ValueLength,
         RedisModule_ZsetFirstInScoreRange, RedisModule_ZsetLastInScoreRange,
         RedisModule_ZsetRangeEndReached, RedisModule_ZsetRangeStop, RedisModule_ZsetRangeNext,
+        RedisModule_ZsetRangePrev,
         RedisModule_ZsetRangeCurrentElement, RedisModule_ZsetAdd, RedisModule_ZsetRem,
         RedisModule_DeleteKey, RedisModule_GetExpire, RedisModule_SetExpire, RedisModule_Replicate,
         RedisModule_ReplicateVerbatim, RedisModule_GetContextFlags,
@@ -212,6 +213,9 @@ pub struct Changes {
     /// Entries added by `record`, and their stamp.
     pub added: u64,
     pub added_at_ms: i64,
+    /// Entries removed by `remove_at` (a refund), and their stamp.
+    pub removed: u64,
+    pub removed_at_ms: i64,
 }
 
 /// A window opened by a command, in whichever form its key holds.
@@ -244,6 +248,12 @@ pub unsafe fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleStr
 /// Fires the keyspace events of what a call did to a log, the same for both
 /// forms (and on a replica applying the compact form's effects).
 pub fn announce(key: &Key, changes: &Changes) {
+    if changes.removed > 0 {
+        key.notify(raw::NotifyEvent::ZSET, c"zrem");
+        if key.is_empty() && changes.added == 0 {
+            key.notify(raw::NotifyEvent::GENERIC, c"del");
+        }
+    }
     if changes.trimmed > 0 {
         key.notify(raw::NotifyEvent::ZSET, c"zremrangebyscore");
         if key.is_empty() && changes.added == 0 {
@@ -301,11 +311,17 @@ impl Window {
         }
     }
 
+    /// Ends a call that only removed entries (a refund): replicates and
+    /// announces it; the expiry is left as it is.
+    pub fn commit_removal(&self) {
+        self.publish_changes(None);
+    }
+
     /// Replicates the changes (as this form's effects, with the expiry to
     /// set, if any) and fires the keyspace events, the same for both forms.
     fn publish_changes(&self, expire_at_ms: Option<i64>) {
         let (key, changes) = (self.key(), self.changes());
-        if changes.trimmed == 0 && changes.added == 0 {
+        if changes.trimmed == 0 && changes.added == 0 && changes.removed == 0 {
             return;
         }
         each_form!(self, log => log.replicate_changes(expire_at_ms));
@@ -349,6 +365,9 @@ impl Log for Window {
     fn record(&mut self, now_ms: i64, cost: u64) {
         self.recreate_in_configured_form();
         each_form!(self, log => log.record(now_ms, cost))
+    }
+    fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
+        each_form!(self, log => log.remove_at(stamp_ms, count))
     }
 }
 

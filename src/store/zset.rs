@@ -16,8 +16,9 @@
 //! multiple of the cycle) an entry of a stamp 10^11 ms away.
 //!
 //! Effects, not the command, are replicated: `ZREMRANGEBYSCORE key -inf cutoff`
-//! when the trim removed something, `ZADD key t m1 t m2 ...` with the exact
-//! members, and `PEXPIREAT key abs-ms`. Redis wraps them in MULTI/EXEC.
+//! when the trim removed something, `ZREM key m1 m2 ...` with the exact
+//! members a refund removed, `ZADD key t m1 t m2 ...` with the exact members
+//! added, and `PEXPIREAT key abs-ms`. Redis wraps them in MULTI/EXEC.
 
 use std::ffi::c_int;
 use std::ptr;
@@ -47,11 +48,13 @@ pub struct ZsetLog {
     /// inline: an admission of cost 1 allocates nothing.
     first_added: Option<Owned>,
     more_added: Vec<Owned>,
+    /// Members removed by `remove_at` (a refund), for replication.
+    removed: Vec<Owned>,
 }
 
 impl ZsetLog {
     pub fn new(key: Key) -> ZsetLog {
-        ZsetLog { key, changes: Changes::default(), first_added: None, more_added: Vec::new() }
+        ZsetLog { key, changes: Changes::default(), first_added: None, more_added: Vec::new(), removed: Vec::new() }
     }
 
     fn ctx(&self) -> *mut raw::RedisModuleCtx {
@@ -86,8 +89,9 @@ impl ZsetLog {
     }
 
     /// Replicates the call's changes: `ZREMRANGEBYSCORE key -inf cutoff`
-    /// after a trim, `ZADD key t m1 t m2 ...` with the exact members added,
-    /// and `PEXPIREAT key ms` when the expiry is re-armed.
+    /// after a trim, `ZREM key m1 m2 ...` with the exact members a refund
+    /// removed, `ZADD key t m1 t m2 ...` with the exact members added, and
+    /// `PEXPIREAT key ms` when the expiry is re-armed.
     pub fn replicate_changes(&self, expire_at_ms: Option<i64>) {
         let (ctx, name) = (self.ctx(), self.key.name);
         let replicate = api!(RedisModule_Replicate);
@@ -97,6 +101,10 @@ impl ZsetLog {
         unsafe {
             if self.changes.trimmed > 0 {
                 replicate(ctx, c"ZREMRANGEBYSCORE".as_ptr(), c"scl".as_ptr(), name, c"-inf".as_ptr(), self.changes.cutoff_ms as std::ffi::c_longlong);
+            }
+            if !self.removed.is_empty() {
+                let members: Vec<*mut raw::RedisModuleString> = self.removed.iter().map(|member| member.string).collect();
+                replicate(ctx, c"ZREM".as_ptr(), c"sv".as_ptr(), name, members.as_ptr(), members.len());
             }
             if let Some(first) = &self.first_added {
                 let at_ms = self.changes.added_at_ms;
@@ -310,6 +318,43 @@ impl Log for ZsetLog {
             }
         }
         self.changes.added += added;
+    }
+
+    fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
+        self.remove_newest_at(stamp_ms, count)
+    }
+}
+
+impl ZsetLog {
+    /// Removes up to `count` members scored exactly `stamp_ms`, the last
+    /// ones first (the highest slots: the next free slot stays one past the
+    /// last entry there), keeping them for replication.
+    fn remove_newest_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
+        let at = stamp_ms as f64;
+        if count == 0 || !self.seek(at, at, false, false) {
+            return 0;
+        }
+        // Collected first: the API forbids removing while iterating.
+        let mut members: Vec<Owned> = Vec::new();
+        loop {
+            members.push(self.current().0);
+            if members.len() as u64 == count || unsafe { api!(RedisModule_ZsetRangePrev)(self.key.raw) } == 0 {
+                break;
+            }
+        }
+        self.stop();
+        for member in &members {
+            // SAFETY: the key is open for writing and is a sorted set.
+            unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
+        }
+        if self.len() == 0 {
+            self.key.delete(); // an empty window leaves no key (whatever the server did already)
+        }
+        let removed = members.len() as u64;
+        self.changes.removed += removed;
+        self.changes.removed_at_ms = stamp_ms;
+        self.removed.extend(members);
+        removed
     }
 }
 

@@ -1,8 +1,10 @@
-//! Random call sequences of XCLOAK.ALLOW / XCLOAK.PEEK, shared by the model
-//! test (tests/model.rs: against a reference model, on both storage forms)
-//! and the storage differential (tests/storage_diff.rs: the two forms against
-//! each other): 1 to 4 tiers, COST, DETAILS, PEEK, NOW moving by 0, 1,
-//! around a tier's window, randomly and backwards, tiers changing mid-way.
+//! Random call sequences of XCLOAK.ALLOW / XCLOAK.PEEK / XCLOAK.REFUND,
+//! shared by the model test (tests/model.rs: against a reference model, on
+//! both storage forms) and the storage differential (tests/storage_diff.rs:
+//! the two forms against each other): 1 to 4 tiers, COST, DETAILS, STAMP,
+//! PEEK, NOW moving by 0, 1, around a tier's window, randomly and backwards,
+//! tiers changing mid-way, and refunds of earlier admissions' stamps (expired,
+//! partial, doubled) or of unknown ones.
 
 use proptest::prelude::*;
 
@@ -23,8 +25,25 @@ pub enum Step {
     Back(i64),
 }
 
+/// Which stamp a refund names.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// The NOW of an earlier ALLOW of the sequence (by index, modulo their
+    /// number): admitted or not, maybe expired or refunded already.
+    Earlier(usize),
+    /// The stamp the previous refund named (a refund made twice).
+    Again,
+    /// NOW minus this: a stamp no call used, unless by chance.
+    Unknown(i64),
+}
+
 #[derive(Clone, Debug)]
 pub struct Call {
+    /// Instead of ALLOW/PEEK, `XCLOAK.REFUND key <target> [COST cost]`
+    /// (the step still moves NOW).
+    pub refund: Option<Target>,
+    /// `STAMP` on an ALLOW.
+    pub stamp: bool,
     pub peek: bool,
     pub details: bool,
     /// `None`: no COST option (the default, 1).
@@ -81,8 +100,18 @@ pub fn call() -> impl Strategy<Value = Call> {
         3 => (0..2_000i64).prop_map(Step::Forward),
         1 => (1..5_000i64).prop_map(Step::Back),
     ];
-    (any::<bool>(), any::<bool>(), cost, step, prop::option::weighted(0.05, tiers())).prop_map(
-        |(peek, details, cost, step, new_tiers)| Call {
+    let refund = prop::option::weighted(
+        0.2,
+        prop_oneof![
+            4 => any::<usize>().prop_map(Target::Earlier),
+            1 => Just(Target::Again),
+            1 => (0..3_000i64).prop_map(Target::Unknown),
+        ],
+    );
+    (any::<bool>(), any::<bool>(), cost, step, prop::option::weighted(0.05, tiers()), refund, any::<bool>()).prop_map(
+        |(peek, details, cost, step, new_tiers, refund, stamp)| Call {
+            refund,
+            stamp: stamp && !(peek && details),
             peek: peek && details, // a quarter PEEK, the rest ALLOW with or without DETAILS
             details,
             cost,
@@ -96,8 +125,17 @@ pub fn sequence() -> impl Strategy<Value = Sequence> {
     (tiers(), prop::collection::vec(call(), 1..120)).prop_map(|(tiers, calls)| Sequence { tiers, calls })
 }
 
-/// The command line of a call: the positional pair is tier 0, a `TIER` each for the others.
-pub fn command_of(call: &Call, key: &str, tiers: &[(i64, i64)], now: i64) -> redis::Cmd {
+/// The command line of a call: the positional pair is tier 0, a `TIER` each
+/// for the others; a refund names `refund_stamp` (from [`walk`]).
+pub fn command_of(call: &Call, key: &str, tiers: &[(i64, i64)], now: i64, refund_stamp: Option<i64>) -> redis::Cmd {
+    if let Some(stamp) = refund_stamp {
+        let mut command = redis::cmd("XCLOAK.REFUND");
+        command.arg(key).arg(stamp);
+        if let Some(cost) = call.cost {
+            command.arg("COST").arg(cost);
+        }
+        return command;
+    }
     let mut command = redis::cmd(if call.peek { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" });
     command.arg(key).arg(tiers[0].0).arg(tiers[0].1);
     for &(window, limit) in &tiers[1..] {
@@ -110,15 +148,21 @@ pub fn command_of(call: &Call, key: &str, tiers: &[(i64, i64)], now: i64) -> red
     if call.details && !call.peek {
         command.arg("DETAILS");
     }
+    if call.stamp && !call.peek {
+        command.arg("STAMP");
+    }
     command
 }
 
 
-/// Each call of `sequence` with the tiers in force and its NOW (kept within
-/// 0 ..= 2^53 - 1, the range NOW accepts).
-pub fn walk(sequence: &Sequence) -> impl Iterator<Item = (usize, &Call, Vec<(i64, i64)>, i64)> {
+/// Each call of `sequence` with the tiers in force, its NOW (kept within
+/// 0 ..= 2^53 - 1, the range NOW accepts) and, for a refund, the stamp it
+/// names.
+pub fn walk(sequence: &Sequence) -> impl Iterator<Item = (usize, &Call, Vec<(i64, i64)>, i64, Option<i64>)> {
     let mut tiers = sequence.tiers.clone();
     let mut now = START_MS;
+    // The NOWs of the ALLOW calls so far, and the stamp the last refund named.
+    let (mut allowed_at, mut last_refund): (Vec<i64>, Option<i64>) = (Vec::new(), None);
     sequence.calls.iter().enumerate().map(move |(i, call)| {
         if let Some(new_tiers) = &call.new_tiers {
             tiers = new_tiers.clone();
@@ -134,6 +178,19 @@ pub fn walk(sequence: &Sequence) -> impl Iterator<Item = (usize, &Call, Vec<(i64
             Step::Back(ms) => -ms,
         };
         now = now.saturating_add(step).clamp(0, MAX_EXACT_MS);
-        (i, call, tiers.clone(), now)
+        let refund_stamp = call.refund.as_ref().map(|target| {
+            let stamp = match target {
+                Target::Earlier(index) if !allowed_at.is_empty() => allowed_at[index % allowed_at.len()],
+                Target::Again if last_refund.is_some() => last_refund.unwrap_or(now),
+                Target::Earlier(_) | Target::Again => now,
+                Target::Unknown(back) => (now - back).max(0),
+            };
+            last_refund = Some(stamp);
+            stamp
+        });
+        if call.refund.is_none() && !call.peek {
+            allowed_at.push(now);
+        }
+        (i, call, tiers.clone(), now, refund_stamp)
     })
 }
