@@ -52,14 +52,7 @@ pub extern "C" fn refund(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Red
             Ok(request) => request,
             Err(error) => return refuse(ctx, error),
         };
-        // SAFETY: `ctx` and the key argument belong to this call.
-        let mut key = match unsafe { store::open(ctx, strings[1], true) } {
-            Opened::Ready(window) => window,
-            Opened::WrongType => {
-                ERRORS.fetch_add(1, Relaxed);
-                return reply_error(ctx, WRONGTYPE);
-            }
-        };
+        let Some(mut key) = open_window(ctx, strings[1], true) else { return };
         let removed = window::refund(&mut key, request.stamp_ms, request.cost);
         key.commit_removal();
         drop(key);
@@ -102,7 +95,7 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
             return refuse(ctx, ArgError::Invalid(message.to_string()));
         }
         let strings = arguments(argv, argc);
-        if strings.len() < 2 {
+        if !(3..=4).contains(&strings.len()) {
             return refuse(ctx, ArgError::Arity);
         }
         if !compact::registered() {
@@ -114,9 +107,6 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
             );
             redis_module::logging::log_warning(format!("xcloak: {message}"));
             return refuse(ctx, ArgError::Invalid(message));
-        }
-        if !(3..=4).contains(&strings.len()) {
-            return refuse(ctx, ArgError::Arity);
         }
         let effect = match Effect::parse(bytes_of(strings[2])) {
             Ok(effect) => effect,
@@ -133,6 +123,20 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
             Err(message) => refuse(ctx, ArgError::Invalid(message)),
         }
     })
+}
+
+/// Opens the window at `name` (an argument of this call), or answers
+/// WRONGTYPE, counted as an error, and gives `None`.
+fn open_window(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, writable: bool) -> Option<store::Window> {
+    // SAFETY: `ctx` and `name` belong to the call being executed.
+    match unsafe { store::open(ctx, name, writable) } {
+        Opened::Ready(window) => Some(window),
+        Opened::WrongType => {
+            ERRORS.fetch_add(1, Relaxed);
+            reply_error(ctx, WRONGTYPE);
+            None
+        }
+    }
 }
 
 /// The call's arguments.
@@ -187,15 +191,7 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 
     let server_ms = unsafe { api!(RedisModule_Milliseconds)() };
     let now_ms = request.now_ms.unwrap_or(server_ms);
-    // SAFETY: `ctx` and the key argument belong to this call.
-    let mut key = match unsafe { store::open(ctx, strings[1], command == Command::Allow) } {
-        Opened::Ready(window) => window,
-        Opened::WrongType => {
-            ERRORS.fetch_add(1, Relaxed);
-            reply_error(ctx, WRONGTYPE);
-            return;
-        }
-    };
+    let Some(mut key) = open_window(ctx, strings[1], command == Command::Allow) else { return };
 
     match command {
         Command::Allow => {

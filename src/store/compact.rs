@@ -129,6 +129,14 @@ impl CompactLog {
         CompactLog { key, changes: Changes::default(), value }
     }
 
+    /// An empty window leaves no key.
+    fn delete_if_empty(&mut self) {
+        if self.log().is_some_and(RunLog::is_empty) {
+            self.key.delete();
+            self.value = ptr::null_mut();
+        }
+    }
+
     fn log(&self) -> Option<&RunLog> {
         // SAFETY: a non-null `value` is the key's, valid while the key is open
         // and nothing else replaced it (only this struct writes it).
@@ -192,10 +200,7 @@ impl Log for CompactLog {
         let Some(log) = (unsafe { self.value.as_mut() }) else { return 0 };
         let removed = log.trim(cutoff_ms);
         self.changes.trimmed += removed;
-        if log.is_empty() {
-            self.key.delete();
-            self.value = ptr::null_mut();
-        }
+        self.delete_if_empty();
         removed
     }
 
@@ -225,10 +230,7 @@ impl Log for CompactLog {
             self.changes.removed += removed;
             self.changes.removed_at_ms = stamp_ms;
         }
-        if log.is_empty() {
-            self.key.delete();
-            self.value = ptr::null_mut();
-        }
+        self.delete_if_empty();
         removed
     }
 }
@@ -241,10 +243,7 @@ pub fn read_runs(key: &Key) -> Vec<(i64, u64)> {
 
 /// Stores `runs` at the empty `key` and replicates `XCLOAK.APPLY key L <bytes>`.
 pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
-    let mut log = RunLog::default();
-    for &(stamp_ms, count) in runs {
-        log.record(stamp_ms, count);
-    }
+    let log = RunLog::from_runs(runs.iter().copied());
     let mut bytes = Vec::new();
     log.encode(&mut bytes);
     set_value(key, log);
@@ -427,11 +426,7 @@ extern "C" fn free_effort(_key: *mut raw::RedisModuleString, _value: *const c_vo
 extern "C" fn copy(_from: *mut raw::RedisModuleString, _to: *mut raw::RedisModuleString, value: *const c_void) -> *mut c_void {
     guarded(ptr::null_mut(), || {
         // SAFETY: as in rdb_save.
-        let log = unsafe { log_of(value) };
-        let mut copied = RunLog::default();
-        for (stamp_ms, count) in log.runs() {
-            copied.record(stamp_ms, count);
-        }
+        let copied = RunLog::from_runs(unsafe { log_of(value) }.runs());
         Box::into_raw(Box::new(copied)) as *mut c_void
     })
 }

@@ -204,13 +204,14 @@ impl RunLog {
             })
             .collect();
         if removed > 0 {
-            *self = RunLog::from_sorted_runs(runs);
+            *self = RunLog::from_runs(runs);
         }
         removed
     }
 
-    /// A log of these runs (stamps strictly increasing, counts >= 1).
-    fn from_sorted_runs(runs: impl IntoIterator<Item = (i64, u64)>) -> RunLog {
+    /// A log of these runs (stamps strictly increasing, counts >= 1), with
+    /// no trimmed prefix (COPY and CONVERT build theirs so).
+    pub fn from_runs(runs: impl IntoIterator<Item = (i64, u64)>) -> RunLog {
         let mut log = RunLog::default();
         for (stamp_ms, count) in runs {
             log.record(stamp_ms, count);
@@ -259,7 +260,7 @@ impl RunLog {
             Ok(at) => runs[at].1 += cost,
             Err(at) => runs.insert(at, (stamp_ms, cost)),
         }
-        *self = RunLog::from_sorted_runs(runs);
+        *self = RunLog::from_runs(runs);
     }
 }
 

@@ -320,16 +320,10 @@ impl Log for ZsetLog {
         self.changes.added += added;
     }
 
-    fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
-        self.remove_newest_at(stamp_ms, count)
-    }
-}
-
-impl ZsetLog {
     /// Removes up to `count` members scored exactly `stamp_ms`, the last
     /// ones first (the highest slots: the next free slot stays one past the
     /// last entry there), keeping them for replication.
-    fn remove_newest_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
+    fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
         let at = stamp_ms as f64;
         if count == 0 || !self.seek(at, at, false, false) {
             return 0;
