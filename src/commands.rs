@@ -80,7 +80,7 @@ pub extern "C" fn convert(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Re
                 CONVERTED.fetch_add(converted as u64, Relaxed);
                 unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, converted as i64) };
             }
-            Err(Refusal::WrongType) => reply_error(ctx, WRONGTYPE),
+            Err(Refusal::WrongType) => wrong_type(ctx),
             Err(Refusal::Invalid(message)) => refuse(ctx, ArgError::Invalid(format!("cannot convert: {message}"))),
         }
     })
@@ -119,7 +119,7 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
                 api!(RedisModule_ReplicateVerbatim)(ctx);
                 api!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr());
             },
-            Err(message) if message.starts_with("WRONGTYPE") => reply_error(ctx, &message),
+            Err(message) if message.starts_with("WRONGTYPE") => wrong_type(ctx),
             Err(message) => refuse(ctx, ArgError::Invalid(message)),
         }
     })
@@ -132,11 +132,16 @@ fn open_window(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString,
     match unsafe { store::open(ctx, name, writable) } {
         Opened::Ready(window) => Some(window),
         Opened::WrongType => {
-            ERRORS.fetch_add(1, Relaxed);
-            reply_error(ctx, WRONGTYPE);
+            wrong_type(ctx);
             None
         }
     }
+}
+
+/// Answers WRONGTYPE, counted as an error like every other (`INFO xcloak`).
+fn wrong_type(ctx: *mut raw::RedisModuleCtx) {
+    ERRORS.fetch_add(1, Relaxed);
+    reply_error(ctx, WRONGTYPE);
 }
 
 /// The call's arguments.
