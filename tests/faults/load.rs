@@ -39,15 +39,18 @@ pub fn key_name(key: u16) -> String {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Mode {
     Plain,
-    /// `WAIT replicas timeout_ms` after each call; deny on fewer.
-    Durable { replicas: i64, timeout_ms: i64 },
+    /// `WAIT replicas timeout_ms` after each call; deny on fewer. Pipelined
+    /// right after the call (one round trip, also after a rejection), or sent
+    /// only once the reply says admitted (a second round trip).
+    Durable { replicas: i64, timeout_ms: i64, pipelined: bool },
 }
 
 impl Mode {
     pub fn name(&self) -> String {
         match self {
             Mode::Plain => "plain".into(),
-            Mode::Durable { replicas, timeout_ms } => format!("durable (WAIT {replicas} {timeout_ms})"),
+            Mode::Durable { replicas, timeout_ms, pipelined: true } => format!("durable (WAIT {replicas} {timeout_ms}, pipelined)"),
+            Mode::Durable { replicas, timeout_ms, pipelined: false } => format!("durable (WAIT {replicas} {timeout_ms} after an admission)"),
         }
     }
 }
@@ -323,13 +326,13 @@ impl Writer {
     /// Sends the call (and WAIT in durable mode) and reads the replies.
     fn exchange(&mut self, addr: &str, name: &str, id: u64) -> Outcome {
         let allow = redis::cmd("XCLOAK.ALLOW").arg(name).arg(self.config.window_ms).arg(self.config.limit).arg("STAMP").clone();
-        let (wait, wait_ms) = match self.config.mode {
-            Mode::Plain => (None, 0),
-            Mode::Durable { replicas, timeout_ms } => (Some(redis::cmd("WAIT").arg(replicas).arg(timeout_ms).clone()), timeout_ms),
+        let (wait, wait_ms, pipelined) = match self.config.mode {
+            Mode::Plain => (None, 0, false),
+            Mode::Durable { replicas, timeout_ms, pipelined } => (Some(redis::cmd("WAIT").arg(replicas).arg(timeout_ms).clone()), timeout_ms, pipelined),
         };
         let conn = self.conns.get_mut(addr).expect("connected");
         let mut commands = vec![&allow];
-        if let Some(wait) = &wait {
+        if let (Some(wait), true) = (&wait, pipelined) {
             commands.push(wait);
         }
         if let Err(e) = conn.send(&commands) {
@@ -350,15 +353,25 @@ impl Writer {
             Value::Int(stamp) => *stamp,
             other => {
                 let code = error_text(other).unwrap_or_else(|| format!("unexpected reply {other:?}"));
-                if wait.is_some() {
+                if commands.len() > 1 {
                     let _ = conn.recv(deadline);
                 }
                 return Outcome::Refused(code);
             }
         };
-        let Mode::Durable { replicas, .. } = self.config.mode else {
+        let (Mode::Durable { replicas, .. }, Some(wait)) = (self.config.mode, &wait) else {
             return if stamp > 0 { Outcome::Admitted { stamp } } else { Outcome::Rejected };
         };
+        if !pipelined {
+            if stamp < 0 {
+                return Outcome::Rejected;
+            }
+            if conn.send(&[wait]).is_err() {
+                // The admission ran; the connection broke before WAIT: not replicated, as far as we know.
+                self.forget(addr);
+                return Outcome::NotReplicated { stamp, acked: -1, refunded: false };
+            }
+        }
         let acked = match conn.recv(deadline) {
             Ok(Value::Int(acked)) => acked,
             Ok(_) => -1,
@@ -379,7 +392,12 @@ impl Writer {
         }
         // Not replicated: deny, and give the admission back (best effort).
         let refund = redis::cmd("XCLOAK.REFUND").arg(name).arg(stamp).clone();
-        let refunded = self.conns.get_mut(addr).is_some_and(|conn| matches!(conn.call(&refund, self.config.client_timeout), Ok(Value::Int(n)) if n >= 1));
+        let reply = self.conns.get_mut(addr).map(|conn| conn.call(&refund, self.config.client_timeout));
+        if !matches!(reply, Some(Ok(_))) {
+            // No reply in time: the connection may hold it still, so it can't carry the next call.
+            self.forget(addr);
+        }
+        let refunded = matches!(reply, Some(Ok(Value::Int(n))) if n >= 1);
         Outcome::NotReplicated { stamp, acked, refunded }
     }
 
