@@ -234,7 +234,15 @@ fn faults_full() {
         results.push(result);
     }
     let cost = if only.is_none() { durable_cost_table() } else { String::new() };
-    let mut text = print_results(&format!("faults: {reps} of each fault per run, {:.0} s", started.elapsed().as_secs_f64()), &results);
+    let commit = std::process::Command::new("git").args(["rev-parse", "--short", "HEAD"]).output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let title = format!(
+        "faults: {reps} of each fault per run, {:.0} s, commit {commit}, {}, load average at the end {}",
+        started.elapsed().as_secs_f64(),
+        server_binary(),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+    let mut text = print_results(&title, &results);
     println!("{cost}");
     text.push_str(&cost);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/faults");

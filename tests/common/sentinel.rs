@@ -192,8 +192,9 @@ impl SentinelGroup {
 
     /// Waits (bounded, 90 s) until every sentinel names the same primary
     /// with nothing in progress (flags `master` only), that node is a primary
-    /// with every other node linked to it and caught up, and every sentinel
-    /// knows all replicas and the other sentinels.
+    /// with every other node linked to it and caught up (at the offset the
+    /// primary had a moment before), and every sentinel knows all replicas
+    /// and the other sentinels.
     pub fn wait_settled(&self) {
         let deadline = Instant::now() + Duration::from_secs(90);
         let replicas = self.setup.replicas.to_string();
@@ -222,9 +223,10 @@ impl SentinelGroup {
                 for node in self.nodes.iter().filter(|n| n.port != primary.port || n.host != primary.host) {
                     let mut conn = node.try_client().ok()?;
                     let info: String = redis::cmd("INFO").arg("replication").query(&mut conn).ok()?;
+                    // Caught up: at least where the primary was when asked, a moment before.
                     let linked = field_of(&info, "master_link_status")? == "up"
                         && field_of(&info, "master_port")? == primary.port.to_string()
-                        && field_of(&info, "slave_repl_offset")?.parse::<u64>().ok()? + 1_000_000 >= offset;
+                        && field_of(&info, "slave_repl_offset")?.parse::<u64>().ok()? >= offset;
                     if !linked {
                         return None;
                     }
@@ -249,6 +251,15 @@ impl SentinelGroup {
         let node = &mut self.nodes[index];
         node.config = node.config.clone().replica_of(&host, port);
         node.relaunch();
+    }
+
+    /// How far each replica is behind the primary, in bytes of the
+    /// replication stream (`master_repl_offset` - `slave_repl_offset`).
+    pub fn replica_lags(&self) -> Vec<i64> {
+        let Some(index) = self.primary_index() else { return Vec::new() };
+        let offset = |node: &Server, field: &str| -> Option<i64> { field_of(&redis::cmd("INFO").arg("replication").query::<String>(&mut node.try_connect()?).ok()?, field)?.parse().ok() };
+        let Some(primary) = offset(&self.nodes[index], "master_repl_offset") else { return Vec::new() };
+        (0..self.nodes.len()).filter(|&i| i != index).filter_map(|i| offset(&self.nodes[i], "slave_repl_offset").map(|o| primary - o)).collect()
     }
 
     /// The sentinels' addresses, for clients.

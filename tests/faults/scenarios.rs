@@ -210,6 +210,8 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
             }
         }
         std::thread::sleep(LEAD);
+        let lags = group.replica_lags();
+        notes.push(format!("{}: replicas behind the primary at the fault: {lags:?} bytes", fault.label()));
         let injected = Instant::now();
         let changed = |group: &SentinelGroup| group.primary_index().is_some_and(|i| i != old);
         match fault {
