@@ -8,8 +8,9 @@
 //! - **Lost admissions.** An acknowledged admission `(key, stamp)` is lost when
 //!   the primary that serves the key at the end of its segment does not hold
 //!   it: in that node's latest snapshot taken while it was primary (since it
-//!   last became one), more than 100 ms after the stamp and more than 250 ms
-//!   before the stamp leaves the window (so a trim can't have removed it),
+//!   last became one), begun more than 100 ms after the stamp and read to the
+//!   end more than 250 ms before the stamp leaves the window (so a trim can't
+//!   have removed it),
 //!   the key holds fewer entries at that stamp than were acknowledged. With
 //!   no such snapshot, the admission is *unchecked*. Counting entries per
 //!   stamp makes this a lower bound when two nodes admitted on one key in the
@@ -119,7 +120,7 @@ fn losses(history: &History, segment: &Segment, by_key: &[Vec<Ms>]) -> (u64, u64
                 s.primary
                     && since.is_some_and(|since| s.at_ms >= since)
                     && s.at_ms > stamp + 100
-                    && s.at_ms < stamp + history.window_ms - 250
+                    && s.read_by_ms < stamp + history.window_ms - 250
                     && s.stamps.contains_key(&(key as u16))
             });
             match usable {
@@ -309,6 +310,7 @@ mod tests {
         let snapshot = |node: &str, at_ms: Ms, primary: bool, held: &[(u16, &[Ms])]| Snapshot {
             node: node.into(),
             at_ms,
+            read_by_ms: at_ms + 10,
             primary,
             stamps: held.iter().map(|(k, s)| (*k, s.to_vec())).collect(),
         };
@@ -323,7 +325,13 @@ mod tests {
         let reports = check(&h);
         assert_eq!((reports[0].lost, reports[0].unchecked), (2, 0), "one of the two at 1000, and key 1's at 1300");
 
-        // Without a usable snapshot of the final primary: unchecked, not lost.
+        // A snapshot whose reads ended too near a stamp's leaving (a trim may
+        // have run meanwhile) proves nothing for it: the two at 1000 (out by
+        // 2000) are unchecked, key 1's at 1300 still lost.
+        h.snapshots[1].read_by_ms = 1800;
+        let reports = check(&h);
+        assert_eq!((reports[0].lost, reports[0].unchecked), (1, 2));
+        // Nor does no snapshot of the final primary at all.
         h.snapshots.retain(|s| s.at_ms != 1500);
         let reports = check(&h);
         assert_eq!((reports[0].lost, reports[0].unchecked), (0, 4));

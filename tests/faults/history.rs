@@ -56,7 +56,10 @@ pub enum Late {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     pub node: String,
+    /// When the reads began, and when the last reply came: an entry is
+    /// only sure to be there if it is still in the window at `read_by_ms`.
     pub at_ms: Ms,
+    pub read_by_ms: Ms,
     pub primary: bool,
     pub stamps: BTreeMap<u16, Vec<Ms>>,
 }

@@ -138,11 +138,13 @@ fn server_config(spec: &RunSpec) -> ServerConfig {
 }
 
 pub fn run(spec: &RunSpec) -> RunResult {
-    if spec.cluster {
-        run_cluster(spec)
-    } else {
-        run_sentinel(spec)
+    let mut result = if spec.cluster { run_cluster(spec) } else { run_sentinel(spec) };
+    let mut reads: Vec<Ms> = result.history.snapshots.iter().filter(|s| s.primary).map(|s| s.read_by_ms - s.at_ms).collect();
+    reads.sort_unstable();
+    if let (Some(median), Some(max)) = (reads.get(reads.len() / 2), reads.last()) {
+        result.notes.push(format!("a primary's snapshot took {median} ms (median), {max} ms at most, over {} snapshots", reads.len()));
     }
+    result
 }
 
 fn all_keys(keys: u16, node: &str) -> BTreeMap<u16, String> {

@@ -46,7 +46,7 @@ impl Snapshotter {
                     }
                     let conn = conns.get_mut(&addr).unwrap();
                     match snapshot(conn, keys, compact) {
-                        Some((at_ms, primary, stamps)) => taken.push(Snapshot { node: addr.clone(), at_ms, primary, stamps }),
+                        Some((at_ms, read_by_ms, primary, stamps)) => taken.push(Snapshot { node: addr.clone(), at_ms, read_by_ms, primary, stamps }),
                         None => {
                             conns.remove(&addr);
                         }
@@ -71,13 +71,13 @@ impl Snapshotter {
 const TIMEOUT: Duration = Duration::from_millis(500);
 
 /// One node's role and (if primary) windows; `None` if it did not answer.
-fn snapshot(conn: &mut RespConn, keys: u16, compact: bool) -> Option<(Ms, bool, BTreeMap<u16, Vec<Ms>>)> {
+fn snapshot(conn: &mut RespConn, keys: u16, compact: bool) -> Option<(Ms, Ms, bool, BTreeMap<u16, Vec<Ms>>)> {
     let role = conn.call(&redis::cmd("ROLE"), TIMEOUT).ok()?;
     let primary = matches!(&role, Value::Array(parts) if matches!(parts.first(), Some(Value::Bulk(r)) if r == b"master"));
     let at_ms = now_ms();
     let mut stamps = BTreeMap::new();
     if !primary {
-        return Some((at_ms, false, stamps));
+        return Some((at_ms, now_ms(), false, stamps));
     }
     let mut commands = Vec::new();
     for key in 0..keys {
@@ -116,5 +116,5 @@ fn snapshot(conn: &mut RespConn, keys: u16, compact: bool) -> Option<(Ms, bool, 
             .collect();
         stamps.insert(key, key_stamps);
     }
-    Some((at_ms, true, stamps))
+    Some((at_ms, now_ms(), true, stamps))
 }
