@@ -225,6 +225,12 @@ fn faults_full() {
     // XCLOAK_FAULT_ONLY=<text>: only the runs whose label contains it (and no cost table).
     let only = std::env::var("XCLOAK_FAULT_ONLY").ok();
     runs.retain(|spec| only.as_ref().is_none_or(|text| spec.label.contains(text.as_str())));
+    // XCLOAK_FAULT_KINDS=<text>: only the faults whose label contains it.
+    if let Ok(kinds) = std::env::var("XCLOAK_FAULT_KINDS") {
+        for spec in &mut runs {
+            spec.faults.retain(|fault| fault.label().contains(kinds.as_str()));
+        }
+    }
     let started = Instant::now();
     let mut results = Vec::new();
     for spec in &runs {

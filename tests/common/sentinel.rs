@@ -133,7 +133,8 @@ impl Drop for Sentinel {
             let _ = child.kill();
             let _ = child.wait();
         }
-        if !std::thread::panicking() {
+        // XCLOAK_KEEP_LOGS=1 keeps the directory (and its sentinel.log).
+        if !std::thread::panicking() && std::env::var_os("XCLOAK_KEEP_LOGS").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
@@ -246,11 +247,17 @@ impl SentinelGroup {
 
     /// Restarts a killed data node as a replica of the current primary (what
     /// an orchestrator does with a node that died), empty, so it full-syncs.
-    pub fn restart_as_replica(&mut self, index: usize) {
-        let (host, port) = self.primary().expect("the sentinels name a primary");
+    /// If the sentinels still name the node itself (no failover happened),
+    /// it restarts as it was configured, and `false` says so.
+    pub fn restart_as_replica(&mut self, index: usize) -> bool {
+        let named = self.primary();
         let node = &mut self.nodes[index];
-        node.config = node.config.clone().replica_of(&host, port);
+        let as_replica = named.as_ref().is_some_and(|(host, port)| (host, *port) != (&node.host, node.port));
+        if let (true, Some((host, port))) = (as_replica, named) {
+            node.config = node.config.clone().replica_of(&host, port);
+        }
         node.relaunch();
+        as_replica
     }
 
     /// How far each replica is behind the primary, in bytes of the

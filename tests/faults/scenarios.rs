@@ -123,6 +123,12 @@ impl Timeline {
         assert!(self.open.is_none());
         self.open = Some((kind.to_string(), now_ms()));
     }
+    /// Names the open segment after what happened in it.
+    fn rename(&mut self, kind: String) {
+        if let Some((open, _)) = self.open.as_mut() {
+            *open = kind;
+        }
+    }
     fn close(&mut self, final_primary: BTreeMap<u16, String>) {
         let (kind, start_ms) = self.open.take().expect("an open segment");
         self.segments.push(Segment { kind, start_ms, end_ms: now_ms(), final_primary });
@@ -211,6 +217,7 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
                 *control.host.lock().unwrap() = Some(hosts[old].clone());
             }
         }
+        let switches_before = switch_count(&group);
         std::thread::sleep(LEAD);
         let lags = group.replica_lags();
         notes.push(format!("{}: replicas behind the primary at the fault: {lags:?} bytes", fault.label()));
@@ -221,7 +228,7 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
                 group.nodes[old].kill9();
                 let took = wait_for(Duration::from_secs(60), || changed(&group));
                 notes.push(failover_note(fault, took));
-                group.restart_as_replica(old);
+                restart(&mut group, old, fault, &mut notes);
             }
             Fault::Stop => {
                 group.nodes[old].signal(libc::SIGSTOP);
@@ -266,7 +273,7 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
                     promoted.map_or("none".into(), |i| i.to_string()),
                     if promoted == Some(lagger) { "the lagging replica" } else { "the up-to-date replica" }
                 ));
-                group.restart_as_replica(old);
+                restart(&mut group, old, fault, &mut notes);
             }
             Fault::ClusterForce | Fault::ClusterKill => unreachable!("cluster faults in a sentinel run"),
         }
@@ -274,6 +281,14 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
         for control in &minority {
             *control.host.lock().unwrap() = None;
         }
+        // What the sentinels did: one switch per failover. Under load they
+        // may mark a just-promoted primary down and fail over again, while
+        // the first keeps serving the clients it has: say so in the table.
+        let switches = switch_count(&group) - switches_before;
+        if switches > 1 {
+            timeline.rename(format!("{} + a second failover ({switches} switches)", fault.label()));
+        }
+        notes.push(format!("{}: {switches} primary switch(es) in the sentinels' logs", fault.label()));
     }
     group.wait_settled();
     std::thread::sleep(window);
@@ -286,6 +301,18 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
     drop(group);
     drop(network);
     RunResult { label: spec.label.clone(), history, notes }
+}
+
+/// `+switch-master` lines in the sentinels' logs (the most any one has).
+fn switch_count(group: &SentinelGroup) -> usize {
+    group.sentinels.iter().map(|s| s.log().matches("+switch-master").count()).max().unwrap_or(0)
+}
+
+/// Restarts a killed node, as a replica of the new primary if there is one.
+fn restart(group: &mut SentinelGroup, index: usize, fault: &Fault, notes: &mut Vec<String>) {
+    if !group.restart_as_replica(index) {
+        notes.push(format!("{}: no failover before the restart: the node came back empty as the primary (every window reset)", fault.label()));
+    }
 }
 
 fn failover_note(fault: &Fault, took: Option<Duration>) -> String {
