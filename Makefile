@@ -6,7 +6,7 @@ PORT    ?= 6379
 CARGO   ?= cargo
 MODULE  := target/release/libxcloak.so
 
-.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix dist dist-check dist-repro
+.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix dist dist-check dist-repro test-clients sync-lua
 
 deps:
 	@scripts/ensure-deps.sh
@@ -24,9 +24,22 @@ run: build
 	fi
 	redis-server redis.conf.example --port $(PORT)
 
-# The whole suite: unit tests, then integration tests against real servers.
+# The whole suite: unit tests, integration tests against real servers (the
+# conformance vectors among them), then every client package's own suite.
 test: build fault-module
 	$(CARGO) test -- --test-threads=2
+	@scripts/clients.sh test
+
+# Every client package's suite (clients/<lang>/test.sh) against real servers it
+# starts, with the module just built; each installs its own pinned toolchain
+# deps when missing. CLIENTS="python go" picks packages (docs/clients.md).
+test-clients: build
+	@scripts/clients.sh test
+
+# Copies src/lua/*.lua (the one source of the fallback scripts) into every
+# client package; tests/conformance.rs fails when a copy differs.
+sync-lua:
+	@scripts/sync-lua.sh
 
 # A dev build with the test-only `fault-injection` feature, for tests/panic_safety.rs
 # (copied aside: a plain `cargo test` rebuilds target/debug/libxcloak.so without it).
@@ -65,13 +78,17 @@ test-matrix: build fault-module
 # The release: target/dist/xcloak-<version>-linux-x86_64.tar.gz (+ .sha256), its
 # libxcloak.so built for glibc 2.17 with cargo-zigbuild and zig, which
 # scripts/dist.sh installs (pinned) when missing. Reproducible from the commit.
+# Then each client package's artifact (clients/<lang>/dist.sh) into target/dist.
 dist:
 	@scripts/dist.sh
+	@scripts/clients.sh dist $(CURDIR)/target/dist
 
 # Checks that tarball: SHA256SUMS, no symbol newer than GLIBC_2.17, and a load,
-# a call and the MODULE LIST version on the four servers of the matrix.
+# a call and the MODULE LIST version on the four servers of the matrix; then
+# installs each client artifact into a clean environment and makes one call.
 dist-check: dist
 	@scripts/dist-check.sh
+	@scripts/clients.sh dist-check $(CURDIR)/target/dist
 
 # Builds the dist here and again from a fresh clone of the commit in a temporary
 # folder, and compares the bytes (libxcloak.so and tarball). Not run by CI.
