@@ -202,6 +202,16 @@ def encode(reply):
 
 # ------------------------------------------------------------------ the cases
 
+def inputs(op, key, window, limit, tiers, cost):
+    """A step's inputs as a client receives them (absent when defaulted)."""
+    step = {"op": op, "key": key, "window": window, "limit": limit}
+    if tiers:
+        step["tiers"] = [list(t) for t in tiers]
+    if cost is not None:
+        step["cost"] = cost
+    return step
+
+
 class Case:
     def __init__(self, conn, name, description):
         self.conn = conn
@@ -228,11 +238,7 @@ class Case:
     def _call(self, op, key, window, limit, now, cost=None, tiers=(), stamp=False, names=None):
         cmd = allow_command(key, window, limit, tiers, cost, now, stamp, peek=op == "peek")
         reply = self._send(cmd)
-        step = {"op": op, "key": key, "window": window, "limit": limit}
-        if tiers:
-            step["tiers"] = [list(t) for t in tiers]
-        if cost is not None:
-            step["cost"] = cost
+        step = inputs(op, key, window, limit, tiers, cost)
         if now is not None:
             step["now"] = now
         if stamp:
@@ -301,11 +307,7 @@ class Case:
             sleep = max(1, min(d["retry_after_ms"] + jitter, left))
             call["sleep_ms"] = sleep
             now += sleep
-        step = {"op": "acquire", "key": key, "window": window, "limit": limit}
-        if tiers:
-            step["tiers"] = [list(t) for t in tiers]
-        if cost is not None:
-            step["cost"] = cost
+        step = inputs("acquire", key, window, limit, tiers, cost)
         step.update(start=start, max_wait_ms=max_wait_ms, jitter_fraction=jitter_fraction,
                     random=list(random), calls=calls, outcome=outcome, decision=d)
         assert not draws, "unused random draws"
