@@ -57,6 +57,16 @@ def server_version() -> tuple:
     return tuple(int(x) for x in version.split("."))
 
 
+def raw(client: redis.Redis, *args):
+    """A command's reply as the server sent it (no redis-py response callback)."""
+    conn = client.connection_pool.get_connection()
+    try:
+        conn.send_command(*args)
+        return conn.read_response()
+    finally:
+        client.connection_pool.release(conn)
+
+
 class Server:
     """One redis-server; ``module=False`` starts it without xcloak (the fallback's case)."""
 
@@ -148,7 +158,7 @@ class Cluster:
                            capture_output=True, timeout=60)
             for i, node in enumerate(self.nodes[primaries:]):
                 primary = self.nodes[i % primaries]
-                node_id = primary.client().execute_command("CLUSTER", "MYID").decode()
+                node_id = raw(primary.client(), "CLUSTER", "MYID").decode()
                 subprocess.run(["redis-cli", "--cluster", "add-node", f"127.0.0.1:{node.port}",
                                 f"127.0.0.1:{primary.port}", "--cluster-slave", "--cluster-master-id", node_id],
                                check=True, capture_output=True, timeout=60)
@@ -164,10 +174,10 @@ class Cluster:
         while time.monotonic() < deadline:
             ok = True
             for node in self.nodes:
-                info = node.client().execute_command("CLUSTER", "INFO").decode()
+                info = raw(node.client(), "CLUSTER", "INFO").decode()
                 if "cluster_state:ok" not in info:
                     ok = False
-                slots = node.client().execute_command("CLUSTER", "SLOTS")
+                slots = raw(node.client(), "CLUSTER", "SLOTS")
                 if not slots or any(len(r) < 3 + replicas for r in slots):
                     ok = False
             if ok:
@@ -176,8 +186,8 @@ class Cluster:
         raise RuntimeError("cluster did not become ok")
 
     def owner(self, key: str) -> Server:
-        slot = self.nodes[0].client().execute_command("CLUSTER", "KEYSLOT", key)
-        for r in self.nodes[0].client().execute_command("CLUSTER", "SLOTS"):
+        slot = raw(self.nodes[0].client(), "CLUSTER", "KEYSLOT", key)
+        for r in raw(self.nodes[0].client(), "CLUSTER", "SLOTS"):
             if r[0] <= slot <= r[1]:
                 port = r[2][1]
                 return next(n for n in self.nodes if n.port == port)
