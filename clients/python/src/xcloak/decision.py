@@ -16,7 +16,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 COMMAND, SCRIPT, ERROR = "command", "script", "error"
 
 
-@dataclass(frozen=True)
+@dataclass
 class TierState:
     """One tier's fields, in the order the tiers were given."""
 
@@ -39,7 +39,7 @@ class TierState:
         return timedelta(milliseconds=self.reset_after_ms)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Decision:
     """What the server (or the error policy) decided about one request.
 
