@@ -133,6 +133,17 @@ last element of the DETAILS reply: the handle XCLOAK.REFUND takes.",
     )
 };
 
+const OLDEST: Arg = Arg {
+    token: Some(c"OLDEST"),
+    optional: true,
+    ..Arg::plain(
+        c"oldest",
+        Kind::PureToken,
+        c"Add, last, the stamp of the oldest entry live in the binding tier's window (where that moving \
+window starts), -1 if the window holds none.",
+    )
+};
+
 pub const ALLOW: CommandDoc = CommandDoc {
     name: c"xcloak.allow",
     summary: c"Admits a request of COST units if the sliding window (and every TIER) has room, and records it \
@@ -151,7 +162,8 @@ older than its window; DETAILS adds O(K) per tier, K <= N the entries older than
 pub const PEEK: CommandDoc = CommandDoc {
     name: c"xcloak.peek",
     summary: c"Replies what XCLOAK.ALLOW would decide now, writing nothing: \
-[allowed, limit, remaining, retry_after_ms, reset_after_ms], plus the per-tier array when TIER is given.",
+[allowed, limit, remaining, retry_after_ms, reset_after_ms], plus the per-tier array when TIER is given and \
+the oldest live entry's stamp with OLDEST.",
     complexity: c"O(log(N) + M + K) with N the entries in the key, M the entries that expired \
 (counted, not removed) and K <= N the entries older than the one whose departure makes room; each TIER adds \
 as much.",
@@ -159,7 +171,7 @@ as much.",
     arity: -4,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     acl_categories: c"read fast",
-    args: &[KEY, WINDOW, LIMIT, TIER, COST, NOW],
+    args: &[KEY, WINDOW, LIMIT, TIER, COST, NOW, OLDEST],
 };
 
 pub const REFUND: CommandDoc = CommandDoc {

@@ -79,7 +79,8 @@ fn strings(value: &Json) -> Vec<String> {
 }
 
 /// The canonical command of an allow/peek step's inputs (docs/clients.md):
-/// tiers, COST when not 1, NOW, then DETAILS and STAMP for ALLOW.
+/// tiers, COST when not 1, NOW, then DETAILS and STAMP for ALLOW, OLDEST
+/// for PEEK when asked.
 fn canonical(op: &str, step: &Json, key: &str, window: &Json, limit: &Json, now: Option<&Json>) -> Vec<String> {
     let mut cmd = vec![if op == "peek" { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" }.to_string(), key.to_string()];
     cmd.push(window.to_string());
@@ -98,6 +99,8 @@ fn canonical(op: &str, step: &Json, key: &str, window: &Json, limit: &Json, now:
         if step["stamp"].as_bool() == Some(true) {
             cmd.push("STAMP".into());
         }
+    } else if step["oldest"] == true {
+        cmd.push("OLDEST".into());
     }
     cmd
 }
@@ -235,6 +238,9 @@ fn vectors_cover_the_contract() {
     assert!(count(&|s| s["decision"]["cost_exceeds_limit"] == true) > 0);
     assert!(count(&|s| s["decision"]["tier"].as_u64().is_some_and(|t| t > 0)) > 0, "no later tier binding");
     assert!(count(&|s| s["decision"]["stamp"].is_number()) > 0);
+    // PEEK ... OLDEST: a window's start, and -1 (null) for an empty one.
+    assert!(count(&|s| s["op"] == "peek" && s["oldest"] == true && s["oldest_ms"].is_number()) > 0);
+    assert!(count(&|s| s["op"] == "peek" && s["oldest"] == true && s["oldest_ms"].is_null() && s["decision"].is_object()) > 0);
     assert!(count(&|s| s["op"] == "refund" && s["removed"] == 0) > 0);
     assert!(count(&|s| s["op"] == "refund" && s["removed"].as_i64().is_some_and(|n| n > 1)) > 0);
     assert!(count(&|s| s["window"] == 9_007_199_254_740_991i64) > 0);

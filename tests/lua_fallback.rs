@@ -371,7 +371,11 @@ fn peek_fallback_equals_the_command_on_random_sequences() {
             let key = fresh_key("peek");
             for (i, (_, args, _)) in sequence.calls().into_iter().enumerate() {
                 let before = observe(&mut conn, Via::Native, &sha, &key, &args);
-                let peek = peek_args(&args);
+                let mut peek = peek_args(&args);
+                if i % 2 == 1 {
+                    // Where the binding tier's window starts: the same entry from both.
+                    peek.push("OLDEST".into());
+                }
                 let native = observe_cmd(&mut conn, peek_cmd(Via::Native, &peek_sha, &key, &peek), &key);
                 let lua = observe_cmd(&mut conn, peek_cmd(Via::Lua, &peek_sha, &key, &peek), &key);
                 let what = format!("peek after call {i} {peek:?}");
@@ -390,6 +394,10 @@ fn peek_fallback_equals_the_command_on_random_sequences() {
     let lua = normalise(peek_cmd(Via::Lua, &peek_sha, "peek:missing", &args).query(&mut *conn));
     assert_eq!(lua, Reply::Fields(vec![1, 5, 5, 0, 0]));
     assert_eq!(lua, normalise(peek_cmd(Via::Native, &peek_sha, "peek:missing", &args).query(&mut *conn)));
+    let oldest: Vec<String> = args.iter().cloned().chain(["OLDEST".to_string()]).collect();
+    let lua = normalise(peek_cmd(Via::Lua, &peek_sha, "peek:missing", &oldest).query(&mut *conn));
+    assert_eq!(lua, Reply::Fields(vec![1, 5, 5, 0, 0, -1]), "OLDEST of an empty window is -1");
+    assert_eq!(lua, normalise(peek_cmd(Via::Native, &peek_sha, "peek:missing", &oldest).query(&mut *conn)));
     assert_eq!(key_type(&mut conn, "peek:missing"), "none");
 }
 
@@ -416,6 +424,9 @@ fn peek_errors_match_the_command() {
         &["10", "1", "NOW", "1", "now", "1"],
         &["10", "1", "DETAILS"],
         &["10", "1", "STAMP"],
+        &["10", "1", "OLDEST", "OLDEST"],
+        &["10", "1", "OLDEST", "1"],
+        &["10", "1", "TIER", "5", "1", "OLDEST", "TIER", "5"],
         &["10", "1", "it's-a-long-and-weird-\u{1}-token-of-more-than-32-bytes"],
         &["10", "1", "TIER", "5"],
         &["10", "1", "TIER", "0", "1"],

@@ -122,7 +122,7 @@ def default_name(window_ms, limit):
     return f"{limit}-in-{window_ms}ms"
 
 
-def allow_command(key, window, limit, tiers=(), cost=None, now=None, stamp=False, peek=False):
+def allow_command(key, window, limit, tiers=(), cost=None, now=None, stamp=False, peek=False, oldest=False):
     cmd = ["XCLOAK.PEEK" if peek else "XCLOAK.ALLOW", key, str(window), str(limit)]
     for w, l in tiers:
         cmd += ["TIER", str(w), str(l)]
@@ -134,6 +134,8 @@ def allow_command(key, window, limit, tiers=(), cost=None, now=None, stamp=False
         cmd.append("DETAILS")
         if stamp:
             cmd.append("STAMP")
+    elif oldest:
+        cmd.append("OLDEST")
     return cmd
 
 
@@ -145,7 +147,8 @@ def refund_command(key, stamp, cost=None):
 
 
 def decision(reply, window, tiers, stamp):
-    """The contract's Decision from a DETAILS (or PEEK) reply."""
+    """The contract's Decision from a DETAILS (or PEEK) reply (a PEEK ... OLDEST
+    reply without its last element)."""
     allowed, limit, remaining, retry, reset = reply[:5]
     rest = reply[5:]
     per_tier = []
@@ -235,8 +238,8 @@ class Case:
         self.out["steps"].append({"op": "raw", "command": cmd, "reply": encode(reply)})
         return reply
 
-    def _call(self, op, key, window, limit, now, cost=None, tiers=(), stamp=False, names=None):
-        cmd = allow_command(key, window, limit, tiers, cost, now, stamp, peek=op == "peek")
+    def _call(self, op, key, window, limit, now, cost=None, tiers=(), stamp=False, names=None, oldest=False):
+        cmd = allow_command(key, window, limit, tiers, cost, now, stamp, peek=op == "peek", oldest=oldest)
         reply = self._send(cmd)
         step = inputs(op, key, window, limit, tiers, cost)
         if now is not None:
@@ -245,11 +248,17 @@ class Case:
             step["stamp"] = True
         if names:
             step["names"] = names
+        if oldest:
+            step["oldest"] = True
         step["command"] = cmd
         step["reply"] = encode(reply)
         if isinstance(reply, ServerError):
             step["error"] = str(reply)
         else:
+            if oldest:
+                # The oldest live entry of the binding tier's window: -1 (none) as null.
+                step["oldest_ms"] = reply[-1] if reply[-1] >= 0 else None
+                reply = reply[:-1]
             d = decision(reply, window, tiers, stamp)
             step["decision"] = d
             step["headers"] = headers([d], d, [names])
@@ -430,6 +439,19 @@ def cases(conn):
     c.peek("peek:never-created", 60000, 5, T0)
     c.setup("EXISTS", "peek:never-created")
 
+    c = case("peek-oldest", "PEEK ... OLDEST: where the binding tier's window starts (a moving window's start), null if empty")
+    c.peek("oldest", 60000, 3, T0, oldest=True)
+    c.allow("oldest", 60000, 3, T0 + 100)
+    c.allow("oldest", 60000, 3, T0 + 200, cost=2)
+    c.peek("oldest", 60000, 3, T0 + 300, oldest=True)
+    c.peek("oldest", 60000, 3, T0 + 60100, oldest=True)
+    c.peek("oldest", 60000, 3, T0 + 60200, oldest=True)
+    c.peek("oldest", 1000, 3, T0 + 60150, tiers=[(60000, 3)], oldest=True)
+    c.peek("oldest", 60000, 3, T0 + 60050, tiers=[(120000, 4)], oldest=True)
+    c.peek("oldest", 60000, 3, T0 + 50, oldest=True)
+    c.raw("XCLOAK.PEEK", "oldest", 60000, 3, "OLDEST", "OLDEST")
+    c.raw("XCLOAK.ALLOW", "oldest", 60000, 3, "DETAILS", "OLDEST")
+
     # --- tiers
     c = case("tiers-two", "3 a second and 5 a minute (docs/commands.md): a rejection consumes neither tier")
     tiers = [(60000, 5)]
@@ -575,6 +597,7 @@ def cases(conn):
     c.raw("XCLOAK.ALLOW", "gr", 60000, 3, "TIER", 1000, "COST", 2)
     c.raw("XCLOAK.PEEK", "gr", 60000, 3, "DETAILS")
     c.raw("XCLOAK.PEEK", "gr", 60000, 3, "STAMP")
+    c.raw("XCLOAK.PEEK", "gr", 60000, 3, "OLDEST", 5)
     c.raw("XCLOAK.REFUND", "gr", T0, "NOW", 5)
     c.raw("XCLOAK.REFUND", "gr", "abc")
     c.raw("XCLOAK.ALLOW", "gr", 60000, 3, "NOW", T0, "STAMP", "DETAILS")
