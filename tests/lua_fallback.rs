@@ -923,3 +923,35 @@ fn ttl_is_window_plus_margin_from_the_server_clock() {
         assert!(pttl > window + 1000, "{via:?}: a rejection changed the TTL to {pttl}");
     }
 }
+
+/// An admission that outlasts its own window + 1 s (a COST of 10^6 entries,
+/// with the server stopped for 1.5 s mid-call) answers its details like the
+/// command, and leaves the key as the command does. The script used to arm
+/// the expiry before reading the window for its reply: the deadline, counted
+/// from the call's start, was already past, PEXPIREAT deleted the window, and
+/// the reply failed on the missing key (`bad argument #1 to 'ceil'`) although
+/// the admission had been applied.
+#[test]
+fn an_admission_slower_than_its_window_replies_like_the_command() {
+    let server = Server::start();
+    let sha = load_fallback(&mut server.client());
+    let pid = server.pid().expect("running").to_string();
+    let mut outcomes = Vec::new();
+    for via in [Via::Lua, Via::Native] {
+        let key = format!("slow-{via:?}");
+        let args: Vec<String> = ["1", "1000000", "NOW", "1700000000000", "COST", "1000000", "DETAILS"].map(String::from).to_vec();
+        let mut conn = server.client();
+        let (sha, key2, args2) = (sha.clone(), key.clone(), args.clone());
+        let call_thread = std::thread::spawn(move || call(&mut conn, via, &sha, &key2, &args2));
+        std::thread::sleep(Duration::from_millis(150));
+        let stop = std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let cont = std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+        assert!(stop.success() && cont.success());
+        let reply = call_thread.join().unwrap();
+        let exists: i64 = redis::cmd("EXISTS").arg(&key).query(&mut server.client()).unwrap();
+        outcomes.push((reply, exists));
+    }
+    assert_eq!(outcomes[0].0, Reply::Fields(vec![1, 1_000_000, 0, 0, 1]), "the script's reply");
+    assert_eq!(outcomes[0], outcomes[1], "script and command differ");
+}

@@ -295,6 +295,11 @@ impl Server {
         self.try_client().unwrap_or_else(|e| panic!("connect to {}: {e}\n{}", self.port, self.log()))
     }
 
+    /// The server's process id, while it runs (for `kill -STOP` / `-CONT`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
