@@ -160,7 +160,8 @@ def run(root: Path, via: str) -> dict:
         counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|error|errors)",
                                                         last[-1] if last else "")}
         counts["returncode"] = result.returncode
-        failed = [line.split()[1] for line in errors if line.startswith("FAILED")]
+        # A test that errors (in its fixture or teardown) is a failure too, never tolerated.
+        failed = [line.split()[1] for line in errors if line.startswith(("FAILED", "ERROR"))]
         counts["load_sensitive"] = [t for t in failed if "test_moving_window_huge_cost" in t]
         counts["other_failures"] = [t for t in failed if t not in counts["load_sensitive"]]
         calls = server.calls("xcloak.allow") if via == "command" else server.calls("evalsha")
