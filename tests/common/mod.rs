@@ -62,6 +62,11 @@ pub fn is_valkey() -> bool {
     version_line().to_ascii_lowercase().contains("valkey")
 }
 
+/// Redis 6.2+ (or any Valkey): has CLIENT PAUSE WRITE, FAILOVER, COPY, GETEX.
+pub fn at_least_6_2() -> bool {
+    is_valkey() || server_version() >= (6, 2, 0)
+}
+
 /// Redis 7.0+ (or any Valkey): has `enable-debug-command`, COMMAND DOCS, module configs.
 pub fn at_least_7_0() -> bool {
     is_valkey() || server_version() >= (7, 0, 0)
