@@ -40,7 +40,7 @@ const T: i64 = 1_700_000_000_000;
 /// every connection the replica opens (Redis 8 loads the RDB over a second
 /// one, its "rdb channel"), and closes the first connection that carries an
 /// RDB payload after `cut_at` bytes of it (never, with `None`), reporting on
-/// `done`. Dropped, it stops accepting, so a late reconnection is refused.
+/// `done`. After the cut, and once dropped, it lets no connection through.
 struct Proxy {
     port: u16,
     stop: Arc<AtomicBool>,
@@ -53,14 +53,18 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let stop = Arc::new(AtomicBool::new(false));
         let cut_claimed = Arc::new(AtomicBool::new(false));
+        let cut_made = Arc::new(AtomicBool::new(false));
         let accepting = stop.clone();
         std::thread::spawn(move || {
             while !accepting.load(Ordering::Relaxed) {
                 match listener.accept() {
+                    // The replica retrying after the cut (its once-a-second
+                    // cron) must not get through before the test moves on.
+                    Ok(_) if cut_made.load(Ordering::SeqCst) => {}
                     Ok((replica, _)) => {
                         replica.set_nonblocking(false).unwrap();
-                        let (cut_claimed, done) = (cut_claimed.clone(), done.clone());
-                        std::thread::spawn(move || forward(replica, primary_port, cut_at, cut_claimed, done));
+                        let (cut_claimed, cut_made, done) = (cut_claimed.clone(), cut_made.clone(), done.clone());
+                        std::thread::spawn(move || forward(replica, primary_port, cut_at, cut_claimed, cut_made, done));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -78,7 +82,14 @@ impl Drop for Proxy {
 
 /// Forwards one connection both ways; cuts its payload if it is the first
 /// to carry one (see `Proxy`).
-fn forward(replica: TcpStream, primary_port: u16, cut_at: Option<u64>, cut_claimed: Arc<AtomicBool>, done: mpsc::Sender<u64>) {
+fn forward(
+    replica: TcpStream,
+    primary_port: u16,
+    cut_at: Option<u64>,
+    cut_claimed: Arc<AtomicBool>,
+    cut_made: Arc<AtomicBool>,
+    done: mpsc::Sender<u64>,
+) {
     let Ok(primary) = TcpStream::connect(("127.0.0.1", primary_port)) else { return };
     let (mut from_replica, mut to_primary) = (replica.try_clone().unwrap(), primary.try_clone().unwrap());
     std::thread::spawn(move || {
@@ -134,6 +145,8 @@ fn forward(replica: TcpStream, primary_port: u16, cut_at: Option<u64>, cut_claim
         let sent = sent + allowed as u64;
         cutting = Some(sent);
         if sent == cut {
+            // Before the replica can see the cut, so that its retry is refused.
+            cut_made.store(true, Ordering::SeqCst);
             let _ = to_replica.shutdown(Shutdown::Both);
             let _ = from_primary.shutdown(Shutdown::Both);
             let _ = done.send(sent);
