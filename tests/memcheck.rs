@@ -180,6 +180,8 @@ fn workload(config: ServerConfig, compact_server: bool) {
     drop(replica);
 
     // RDB: SAVE, BGSAVE (a fork child under valgrind too), DEBUG RELOAD, a restart.
+    // (The replica's sync may still have its fork child: SAVE refuses then.)
+    wait_persistence(&mut conn, "rdb_bgsave_in_progress");
     assert_eq!(call(&mut conn, &["SAVE"]), Value::Okay);
     let _ = call(&mut conn, &["BGSAVE"]);
     wait_persistence(&mut conn, "rdb_bgsave_in_progress");
