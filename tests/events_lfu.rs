@@ -77,7 +77,7 @@ fn check_form(config: ServerConfig) {
     // Hot windows (called often) and cold ones (called once).
     let calls: Vec<String> = (0..COLD)
         .map(|k| format!("cold:{k}"))
-        .chain((0..HOT).flat_map(|k| std::iter::repeat(format!("hot:{k}")).take(HOT_CALLS)))
+        .chain((0..HOT).flat_map(|k| std::iter::repeat_n(format!("hot:{k}"), HOT_CALLS)))
         .collect();
     for batch in calls.chunks(500) {
         let mut pipe = redis::pipe();
