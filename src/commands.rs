@@ -116,6 +116,9 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
         let key = unsafe { Key::open(ctx, strings[1], true) };
         match compact::apply(key, &effect, strings.get(3).map(|&s| bytes_of(s))) {
             Ok(()) => unsafe {
+                // An effect is replicated only when it changed the window: a
+                // reader tracking it on this replica is told.
+                store::signal_modified(ctx, strings[1]);
                 api!(RedisModule_ReplicateVerbatim)(ctx);
                 api!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr());
             },
