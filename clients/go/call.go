@@ -81,10 +81,16 @@ func wholeMs(d time.Duration, name string) (int64, error) {
 	return int64(d / time.Millisecond), nil
 }
 
+// argsAfterKey is how many slots args keeps in front of the arguments after
+// the key, for what precedes them: "XCLOAK.ALLOW key" (the last two), or
+// "EVALSHA sha 1 key" (all four). One allocation for the whole command line.
+const argsAfterKey = 4
+
 // args are the arguments after the key, for the command and its script
-// alike; details adds DETAILS [STAMP] (ALLOW; PEEK takes neither).
+// alike, behind argsAfterKey empty slots; details adds DETAILS [STAMP]
+// (ALLOW; PEEK takes neither).
 func (c *call) args(details bool) []interface{} {
-	a := make([]interface{}, 0, 8+3*len(c.tiers))
+	a := make([]interface{}, argsAfterKey, argsAfterKey+8+3*len(c.tiers))
 	a = append(a, c.windowMs, int64(c.limit))
 	for _, t := range c.tiers {
 		a = append(a, "TIER", t.windowMs, int64(t.limit))

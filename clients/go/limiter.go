@@ -85,7 +85,10 @@ type Limiter struct {
 // Its calls are never sent twice by go-redis once they may have reached
 // the server (they are NoRetry commands: MaxRetries and the cluster's
 // retries after a network error don't apply to them), and each is bounded
-// by Options.Timeout.
+// by Options.Timeout: go-redis's default client applies no context
+// deadline to its sockets, so each call then runs in a goroutine of its own
+// and the caller is answered at the deadline; a client with
+// ContextTimeoutEnabled is called directly (a little cheaper per call).
 func NewLimiter(rdb redis.UniversalClient, opt Options) *Limiter {
 	if opt.Timeout == 0 {
 		opt.Timeout = time.Second
@@ -167,7 +170,8 @@ func (l *Limiter) refundBestEffort(ctx context.Context, key string, stamp int64,
 
 // refund sends XCLOAK.REFUND key stamp [COST cost]; key has its prefix.
 func (l *Limiter) refund(ctx context.Context, key string, stamp int64, cost int, hasCost bool) (int, error) {
-	args := []interface{}{stamp}
+	args := make([]interface{}, argsAfterKey, argsAfterKey+3)
+	args = append(args, stamp)
 	if hasCost && cost != 1 {
 		args = append(args, "COST", int64(cost))
 	}

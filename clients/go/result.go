@@ -157,7 +157,7 @@ func parseResult(reply interface{}, windowMs int64, withTiers, withStamp bool) (
 	if !ok || len(fields) != want {
 		return Result{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (want %d fields)", reply, want)}
 	}
-	head := make([]int64, 5)
+	var head [5]int64
 	for i := range head {
 		n, ok := fields[i].(int64)
 		if !ok {

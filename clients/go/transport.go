@@ -25,14 +25,15 @@ var (
 
 // op is one of the three XCLOAK calls: its command and its script.
 type op struct {
-	command  string
+	command  interface{} // a string, boxed once
+	name     string
 	text     string
 	script   *redis.Script // for its SHA1: the commands are sent here, as NoRetry
 	readOnly bool          // PEEK: EVALSHA_RO on Redis 7.0+, so a replica may answer
 }
 
 func newOp(command, text string, readOnly bool) *op {
-	return &op{command: command, text: text, script: redis.NewScript(text), readOnly: readOnly}
+	return &op{command: command, name: command, text: text, script: redis.NewScript(text), readOnly: readOnly}
 }
 
 var (
@@ -63,9 +64,9 @@ type outcome struct {
 	acked int64
 }
 
-// exec sends op with args (those after the key) to key's node: the command,
-// or the script where the node has no module. write: durable mode pipelines
-// WAIT after it.
+// exec sends op with args (those after the key, behind argsAfterKey free
+// slots) to key's node: the command, or the script where the node has no
+// module. write: durable mode pipelines WAIT after it.
 func (l *Limiter) exec(ctx context.Context, key string, o *op, args []interface{}, write bool) (outcome, error) {
 	durable := write && l.opt.Durable != nil
 	var n *node
@@ -79,7 +80,9 @@ func (l *Limiter) exec(ctx context.Context, key string, o *op, args []interface{
 			return l.execScript(ctx, key, o, args, n, durable)
 		}
 	}
-	cmd := redis.NewCmd(ctx, append([]interface{}{o.command, key}, args...)...)
+	line := args[argsAfterKey-2:]
+	line[0], line[1] = o.command, key
+	cmd := redis.NewCmd(ctx, line...)
 	cmd.SetFirstKeyPos(1)
 	acked, err := l.sendMaybeDurable(ctx, key, cmd, durable)
 	if err == nil {
@@ -113,7 +116,11 @@ func (l *Limiter) execScript(ctx context.Context, key string, o *op, args []inte
 		if readOnly {
 			name += "_RO"
 		}
-		cmd := redis.NewCmd(ctx, append([]interface{}{name, body, 1, key}, args...)...)
+		// A fresh line: the command's, if it was sent, is go-redis's.
+		line := make([]interface{}, len(args))
+		copy(line[argsAfterKey:], args[argsAfterKey:])
+		line[0], line[1], line[2], line[3] = name, body, 1, key
+		cmd := redis.NewCmd(ctx, line...)
 		cmd.SetFirstKeyPos(3)
 		acked, err := l.sendMaybeDurable(ctx, key, cmd, durable)
 		switch {
@@ -198,7 +205,15 @@ func (l *Limiter) pipelineOf(ctx context.Context, key string) (redis.Pipeliner, 
 
 // send sends one command, never twice, within the Limiter's timeout.
 func (l *Limiter) send(ctx context.Context, key string, cmd *redis.Cmd) error {
-	return l.bounded(ctx, func(ctx context.Context) error { return l.rdb.Process(ctx, noRetry{cmd}) })
+	if l.opt.Timeout < 0 {
+		return l.rdb.Process(ctx, noRetry{cmd})
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
+	defer cancel()
+	if l.honored {
+		return l.rdb.Process(ctx, noRetry{cmd})
+	}
+	return l.detached(ctx, func(ctx context.Context) error { return l.rdb.Process(ctx, noRetry{cmd}) })
 }
 
 // bounded runs f within Options.Timeout. A client that applies context
@@ -216,6 +231,11 @@ func (l *Limiter) bounded(ctx context.Context, f func(context.Context) error) er
 	if l.honored {
 		return f(ctx)
 	}
+	return l.detached(ctx, f)
+}
+
+// detached runs f in a goroutine and returns its error, or at ctx's end.
+func (l *Limiter) detached(ctx context.Context, f func(context.Context) error) error {
 	done := make(chan error, 1)
 	go func() { done <- f(ctx) }()
 	select {

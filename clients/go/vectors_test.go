@@ -240,9 +240,11 @@ func (s step) call() *call {
 	return vectorCall(s.Key, s.Window, s.Limit, s.Tiers, s.Cost, s.Now, s.stampAsked())
 }
 
+// commandLine is name key args..., args as call.args makes them (behind
+// argsAfterKey free slots).
 func commandLine(name, key string, args []interface{}) []string {
 	out := []string{name, key}
-	for _, a := range args {
+	for _, a := range args[argsAfterKey:] {
 		out = append(out, fmt.Sprint(a))
 	}
 	return out
@@ -288,7 +290,8 @@ func TestVectorsPure(t *testing.T) {
 				if s.Cost != nil {
 					c.cost, c.hasCost = int(num(*s.Cost)), true
 				}
-				args := []interface{}{num(json.Number(string(s.Stamp)))}
+				args := make([]interface{}, argsAfterKey, argsAfterKey+3)
+				args = append(args, num(json.Number(string(s.Stamp))))
 				if c.hasCost && c.cost != 1 {
 					args = append(args, "COST", int64(c.cost))
 				}
