@@ -7,7 +7,8 @@
 // command, the two interleaved call by call. BenchmarkServerCost: server
 // CPU per call (INFO commandstats usec_per_call) of XCLOAK.ALLOW, of the
 // bundled script, and of go-redis/redis_rate's Allow (GCRA in Lua);
-// memory per identity (MEMORY USAGE, windows filled to the limit).
+// memory per identity (MEMORY USAGE, windows filled to the limit), with
+// xcloak's windows as sorted sets and in the compact form.
 package bench
 
 import (
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,9 +31,12 @@ const identities = 1000
 
 // BenchmarkOverhead: per call, Limiter.Allow (reply parsed into a Result,
 // NoRetry, the Limiter's timeout) against rdb.Do of the same XCLOAK.ALLOW
-// ... DETAILS, alternating which goes first. Reported: ns per call of each
-// and their ratio. "default" is go-redis's default client (the Limiter
-// bounds the call from a goroutine of its own); "context" a client with
+// ... DETAILS, in alternating blocks of 100 calls. Reported: wall ns per
+// call of each and their ratio, and the client's CPU (this process's
+// user+system time, rusage) per call of each and their ratio: wall time
+// on a shared machine is mostly the scheduler's, CPU time is the client's
+// own work. "default" is go-redis's default client (the Limiter bounds the
+// call from a goroutine of its own); "context" a client with
 // ContextTimeoutEnabled (the call is made directly).
 func BenchmarkOverhead(b *testing.B) {
 	server := testserver.Start(b, testserver.Config{})
@@ -50,37 +55,47 @@ func BenchmarkOverhead(b *testing.B) {
 			l := xcloak.NewLimiter(rdb, xcloak.Options{Fallback: xcloak.FallbackNever})
 			ctx := context.Background()
 			server.Do("FLUSHALL")
-			var limiter, raw time.Duration
+			var wall, cpu [2]time.Duration // 0: raw, 1: limiter
+			calls := [2]int{}
+			const block = 100
 			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				id := strconv.Itoa(i % identities)
-				callRaw := func() {
-					start := time.Now()
-					if err := rdb.Do(ctx, "XCLOAK.ALLOW", "raw:"+id, 60000, 1000000, "DETAILS").Err(); err != nil {
-						b.Fatal(err)
+			for i := 0; i < b.N; i += block {
+				for which := 0; which < 2; which++ {
+					which := (which + i/block) % 2 // alternate which goes first
+					n := min(block, b.N-i)
+					cpuStart, start := cpuTime(), time.Now()
+					for j := 0; j < n; j++ {
+						id := strconv.Itoa((i + j) % identities)
+						var err error
+						if which == 0 {
+							err = rdb.Do(ctx, "XCLOAK.ALLOW", "raw:"+id, 60000, 1000000, "DETAILS").Err()
+						} else {
+							_, err = l.Allow(ctx, "lim:"+id, time.Minute, 1000000)
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
 					}
-					raw += time.Since(start)
-				}
-				callLimiter := func() {
-					start := time.Now()
-					if _, err := l.Allow(ctx, "lim:"+id, time.Minute, 1000000); err != nil {
-						b.Fatal(err)
-					}
-					limiter += time.Since(start)
-				}
-				if i%2 == 0 {
-					callRaw()
-					callLimiter()
-				} else {
-					callLimiter()
-					callRaw()
+					wall[which] += time.Since(start)
+					cpu[which] += cpuTime() - cpuStart
+					calls[which] += n
 				}
 			}
-			b.ReportMetric(float64(limiter.Nanoseconds())/float64(b.N), "limiter-ns/call")
-			b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N), "raw-ns/call")
-			b.ReportMetric(float64(limiter)/float64(raw), "ratio")
+			b.ReportMetric(float64(wall[1].Nanoseconds())/float64(calls[1]), "limiter-ns/call")
+			b.ReportMetric(float64(wall[0].Nanoseconds())/float64(calls[0]), "raw-ns/call")
+			b.ReportMetric(float64(wall[1])/float64(wall[0]), "ratio")
+			b.ReportMetric(float64(cpu[1].Nanoseconds())/float64(calls[1]), "limiter-cpu-ns/call")
+			b.ReportMetric(float64(cpu[0].Nanoseconds())/float64(calls[0]), "raw-cpu-ns/call")
+			b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "cpu-ratio")
 		})
 	}
+}
+
+// cpuTime is this process's user + system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // usecPerCall is INFO commandstats' usec_per_call of a command.
@@ -104,6 +119,8 @@ func usecPerCall(s *testserver.Server, command string) float64 {
 // server, with limit per minute and the windows filled to the limit.
 func BenchmarkServerCost(b *testing.B) {
 	withModule := testserver.Start(b, testserver.Config{})
+	// Module arguments follow --loadmodule's path: the compact form.
+	compact := testserver.Start(b, testserver.Config{Args: []string{"STORAGE", "compact"}})
 	without := testserver.Start(b, testserver.Config{NoModule: true})
 	ctx := context.Background()
 	for _, limit := range []int{10, 100} {
@@ -115,6 +132,7 @@ func BenchmarkServerCost(b *testing.B) {
 		}
 		contenders := []contender{
 			{"xcloak-command", withModule, "xcloak.allow", func(id string) string { return "rl:" + id }},
+			{"xcloak-compact", compact, "xcloak.allow", func(id string) string { return "rl:" + id }},
 			{"xcloak-script", without, "evalsha", func(id string) string { return "rl:" + id }},
 			{"redis_rate", withModule, "evalsha", func(id string) string { return "rate:" + id }},
 		}
@@ -127,7 +145,7 @@ func BenchmarkServerCost(b *testing.B) {
 					case "redis_rate":
 						_, err := redis_rate.NewLimiter(rdb).Allow(ctx, id, redis_rate.PerMinute(limit))
 						return err
-					default:
+					default: // xcloak-command, xcloak-compact, xcloak-script
 						fallback := xcloak.FallbackNever
 						if c.name == "xcloak-script" {
 							fallback = xcloak.FallbackAlways
