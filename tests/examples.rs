@@ -69,7 +69,7 @@ fn go_binary() -> PathBuf {
 
 /// Builds the Go example the way its doc comment says (module mode: its
 /// go.mod points at clients/go; go-redis from the Go module proxy), into
-/// target/go/, with its build cache there.
+/// target/go/, with Go's own build cache (shared with clients/go/test.sh).
 fn go_example() -> PathBuf {
     let status = Command::new(repo().join("scripts/example-deps.sh")).arg("go").status().expect("run example-deps.sh");
     assert!(status.success(), "scripts/example-deps.sh go failed");
@@ -80,7 +80,6 @@ fn go_example() -> PathBuf {
         .arg(&binary)
         .arg(".")
         .env("GOTOOLCHAIN", "local")
-        .env("GOCACHE", dir.join("cache"))
         .current_dir(repo().join("docs/examples/go"))
         .output()
         .expect("run go build");

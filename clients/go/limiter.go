@@ -191,7 +191,7 @@ func (l *Limiter) refund(ctx context.Context, key string, stamp int64, cost int,
 func (l *Limiter) Reset(ctx context.Context, key string) (bool, error) {
 	cmd := redis.NewCmd(ctx, "DEL", l.opt.Prefix+key)
 	cmd.SetFirstKeyPos(1)
-	if err := l.send(ctx, l.opt.Prefix+key, cmd); err != nil {
+	if err := l.send(ctx, cmd); err != nil {
 		return false, classify(ctx, err)
 	}
 	n, _ := cmd.Val().(int64)

@@ -144,7 +144,7 @@ func (l *Limiter) execScript(ctx context.Context, key string, o *op, args []inte
 // without WAIT).
 func (l *Limiter) sendMaybeDurable(ctx context.Context, key string, cmd *redis.Cmd, durable bool) (int64, error) {
 	if !durable {
-		return -1, l.send(ctx, key, cmd)
+		return -1, l.send(ctx, cmd)
 	}
 	d := l.opt.Durable
 	wait := redis.NewIntCmd(ctx, "WAIT", d.Replicas, d.Timeout.Milliseconds())
@@ -204,7 +204,7 @@ func (l *Limiter) pipelineOf(ctx context.Context, key string) (redis.Pipeliner, 
 }
 
 // send sends one command, never twice, within the Limiter's timeout.
-func (l *Limiter) send(ctx context.Context, key string, cmd *redis.Cmd) error {
+func (l *Limiter) send(ctx context.Context, cmd *redis.Cmd) error {
 	if l.opt.Timeout < 0 {
 		return l.rdb.Process(ctx, noRetry{cmd})
 	}
