@@ -118,9 +118,9 @@ dist-check: dist
 dist-repro:
 	@scripts/dist-repro.sh
 
-# Python (redis-py), Node (node-redis, ioredis) and Go (redigo, redisc; Debian
-# packages) deps of docs/examples/, the first two into their git-ignored folders;
-# tests/examples.rs runs this itself when they are missing.
+# Python (redis-py), Node (node-redis, ioredis) and Go (go-redis, from the Go
+# module proxy) deps of docs/examples/, the first two into their git-ignored
+# folders; tests/examples.rs runs this itself when they are missing.
 example-deps:
 	@scripts/example-deps.sh
 

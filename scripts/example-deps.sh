@@ -4,8 +4,10 @@
 #           docs/examples/python/.venv (pinned in requirements.txt)
 #   node:   nodejs + npm (Debian packages), then node-redis and ioredis from
 #           the npm registry into docs/examples/node/node_modules (package-lock.json)
-#   go:     Go 1.19, redigo and redisc (Debian packages only: the examples build
-#           in GOPATH mode from /usr/share/gocode, no module proxy needed)
+#   go:     checks for Go 1.24+ (on PATH or in /usr/local/go; never Debian's
+#           golang-go, which is older); the example builds in module mode, with
+#           go-redis from the Go module proxy (docs/examples/go/go.sum) and the
+#           package of this checkout (clients/go, a replace directive)
 # Both folders are git-ignored. A stamp records what was installed, so a second
 # run does nothing; a changed requirements.txt / package-lock.json reinstalls.
 # Safe to run concurrently (flock). Usage: scripts/example-deps.sh [python] [node] [go]
@@ -64,11 +66,18 @@ node_deps() {
 }
 
 go_deps() {
-    local missing=()
-    command -v go >/dev/null 2>&1 || missing+=(golang-go)
-    [ -d /usr/share/gocode/src/github.com/gomodule/redigo ] || missing+=(golang-github-gomodule-redigo-dev)
-    [ -d /usr/share/gocode/src/github.com/mna/redisc ] || missing+=(golang-github-mna-redisc-dev)
-    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+    local go=go
+    command -v go >/dev/null 2>&1 || go=/usr/local/go/bin/go
+    local version
+    version=$("$go" env GOVERSION 2>/dev/null) || {
+        echo "example-deps: Go 1.24 or later is needed (not on PATH, nor in /usr/local/go)" >&2
+        exit 1
+    }
+    case "$version" in
+        go1.2[4-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
+        *) echo "example-deps: Go 1.24 or later is needed, found $version" >&2; exit 1 ;;
+    esac
+    (cd "$examples/go" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$go" mod download)
 }
 
 for what in "${want[@]}"; do

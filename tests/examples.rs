@@ -8,7 +8,8 @@
 //! replicas.
 //!
 //! Python, Node and Go dependencies install on first use (`scripts/example-deps.sh`:
-//! PyPI and npm into the examples' git-ignored folders, Go from Debian).
+//! PyPI and npm into the examples' git-ignored folders, Go modules from the Go
+//! module proxy).
 mod common;
 use common::cluster::Cluster;
 use common::*;
@@ -60,24 +61,29 @@ fn ensure_deps(lang: Lang) {
     }
 }
 
-/// Builds the Go example the way its doc comment says (GOPATH mode against
-/// Debian's redigo and redisc), into target/go/, with its build cache there.
+/// The `go` command: on PATH, else Go's default install folder.
+fn go_binary() -> PathBuf {
+    let on_path = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if on_path { PathBuf::from("go") } else { PathBuf::from("/usr/local/go/bin/go") }
+}
+
+/// Builds the Go example the way its doc comment says (module mode: its
+/// go.mod points at clients/go; go-redis from the Go module proxy), into
+/// target/go/, with Go's own build cache (shared with clients/go/test.sh).
 fn go_example() -> PathBuf {
     let status = Command::new(repo().join("scripts/example-deps.sh")).arg("go").status().expect("run example-deps.sh");
     assert!(status.success(), "scripts/example-deps.sh go failed");
     let dir = repo().join("target/go");
     let binary = dir.join("ratelimit");
-    let output = Command::new("go")
+    let output = Command::new(go_binary())
         .args(["build", "-o"])
         .arg(&binary)
-        .arg("docs/examples/go/ratelimit.go")
-        .env("GO111MODULE", "off")
-        .env("GOPATH", "/usr/share/gocode")
-        .env("GOCACHE", dir.join("cache"))
-        .current_dir(repo())
+        .arg(".")
+        .env("GOTOOLCHAIN", "local")
+        .current_dir(repo().join("docs/examples/go"))
         .output()
         .expect("run go build");
-    assert!(output.status.success(), "go build docs/examples/go/ratelimit.go:\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "go build docs/examples/go:\n{}", String::from_utf8_lossy(&output.stderr));
     binary
 }
 
@@ -384,7 +390,7 @@ const ACL_PASSWORD: &str = "secret";
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum ReplicaReads {
     /// Every PEEK on a replica (ioredis `scaleReads: 'slave'`, redis-py
-    /// `target_nodes`, redisc `ReadOnlyConn`, redis-rs `route_command`).
+    /// `target_nodes`, go-redis `ReadOnly`, redis-rs `route_command`).
     Only,
     /// node-redis `useReplicas`: the primary and its replicas in turn.
     Shared,
@@ -414,7 +420,7 @@ const CLUSTER_RUNS: &[ClusterRun] = &[
     },
     ClusterRun { name: "redis-py", lang: Lang::Python, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
     ClusterRun { name: "redis-py-asyncio", lang: Lang::Python, options: &["--asyncio"], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
-    ClusterRun { name: "go-redisc", lang: Lang::Go, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
+    ClusterRun { name: "go-redis", lang: Lang::Go, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
     ClusterRun { name: "rust-redis", lang: Lang::Rust, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
 ];
 
