@@ -1,0 +1,470 @@
+// The Limiter: the contract's calls (docs/clients.md) over an ioredis or
+// node-redis client, with the Lua fallback chosen per node, the per-call
+// timeout, the error policy and the durable mode. The decisions themselves
+// are decision.ts's; this file only sends and receives.
+
+import { setTimeout as sleepFor } from 'node:timers/promises';
+import {
+  acquireStep,
+  allowCommand,
+  decisionFromReply,
+  errorDecision,
+  headers as headerFields,
+  multiDecision,
+  peekCommand,
+  refundCommand,
+  type CallSpec,
+  type Decision,
+  type HeaderOptions,
+  type MultiDecision,
+  type MultiHeaderOptions,
+  type TierSpec,
+  type Via,
+} from './decision.js';
+import {
+  XcloakError,
+  XcloakNotReplicatedError,
+  XcloakTimeoutError,
+  XcloakUnavailableError,
+  isNoScript,
+  isUnknownCommand,
+  toXcloakError,
+} from './errors.js';
+import { IoredisTransport, type InstallOptions } from './ioredis.js';
+import { NodeRedisTransport, isNodeRedis } from './node-redis.js';
+import { SCRIPTS } from './scripts.js';
+import type { Transport } from './transport.js';
+
+/** `raise` (default): throw XcloakUnavailableError; `allow`: fail open; `deny`: fail closed. Only outages and timeouts. */
+export type ErrorPolicy = 'raise' | 'allow' | 'deny';
+/** `auto` (default): the command, the script where the server lacks it; `always`: the script; `never`: the command only. */
+export type Fallback = 'auto' | 'always' | 'never';
+
+/** The time source of a limiter: for tests and replays (calls then send NOW from it). */
+export interface Clock {
+  /** Unix time in milliseconds. */
+  now(): number;
+  /** Resolves after `ms`; rejects when `signal` aborts. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
+}
+
+export interface DurableOptions {
+  /** Replicas that must hold an admission (`WAIT replicas timeout`). */
+  readonly replicas: number;
+  /** WAIT's timeout, in milliseconds. */
+  readonly timeout: number;
+}
+
+export interface LimiterOptions {
+  /** Put before every key (default ''). */
+  readonly prefix?: string;
+  readonly fallback?: Fallback;
+  /** How long a node served by the script goes before the command is tried again, in ms (default 60 000). */
+  readonly probeInterval?: number;
+  readonly errorPolicy?: ErrorPolicy;
+  /** Per call, in ms (default 1000), whatever the client's own socket settings. */
+  readonly timeout?: number;
+  /** An admission counts once this many replicas hold it (docs/clients.md, Durable mode). */
+  readonly durable?: DurableOptions;
+  /** With a clock, every call sends NOW from it and acquire sleeps through it. */
+  readonly clock?: Clock;
+  /** Uniform in [0, 1): acquire's jitter (default Math.random). */
+  readonly random?: () => number;
+  /** acquire's jitter: up to this fraction of the retry-after is added (default 0.1). */
+  readonly jitterFraction?: number;
+  /** For an ioredis client: where its ioredis resolves from, and whether an untested version may be used. */
+  readonly ioredis?: InstallOptions;
+}
+
+export interface AllowOptions {
+  /** Units this request takes (default 1). */
+  readonly cost?: number;
+  /** Tiers after the positional `window limit`: `[window, limit]` pairs. */
+  readonly tiers?: readonly TierSpec[];
+  /** Ask for the admission's stamp (the handle `refund` takes). */
+  readonly stamp?: boolean;
+  /** Unix ms, for replays and tests (default: the limiter's clock, else the server's). */
+  readonly now?: number;
+}
+
+export interface PeekOptions {
+  readonly cost?: number;
+  readonly tiers?: readonly TierSpec[];
+  readonly now?: number;
+}
+
+export interface RefundOptions {
+  /** Entries to remove at that stamp (default 1): the admission's cost. */
+  readonly cost?: number;
+}
+
+export interface AcquireOptions {
+  readonly cost?: number;
+  readonly tiers?: readonly TierSpec[];
+  /** The longest it waits, in ms. */
+  readonly maxWait: number;
+  /** Stops the wait (the promise rejects with the signal's reason). A call in flight is never abandoned. */
+  readonly signal?: AbortSignal;
+}
+
+export interface AllowRequest {
+  readonly key: string;
+  readonly window: number;
+  readonly limit: number;
+  readonly cost?: number;
+  readonly tiers?: readonly TierSpec[];
+}
+
+export interface AllowAllOptions {
+  readonly now?: number;
+}
+
+interface NodeState {
+  /** Served by the script since `since` (performance.now()). */
+  script: boolean;
+  since: number;
+  /** Whether EVALSHA_RO exists there (Redis 7.0+); undefined until a peek asked. */
+  readOnlyScripts: boolean | undefined;
+}
+
+type Kind = 'allow' | 'peek' | 'refund';
+
+const realClock: Clock = {
+  now: () => Date.now(),
+  sleep: (ms, signal) => sleepFor(ms, undefined, { signal }).then(() => undefined),
+};
+
+/** A deadline shared by the sends of one call: expiring it cancels what is still unwritten. */
+class Deadline {
+  private controller: AbortController | undefined;
+  private expired: Error | undefined;
+
+  get signal(): AbortSignal {
+    this.controller ??= new AbortController();
+    if (this.expired && !this.controller.signal.aborted) this.controller.abort(this.expired);
+    return this.controller.signal;
+  }
+
+  expire(reason: Error): void {
+    this.expired = reason;
+    this.controller?.abort(reason);
+  }
+}
+
+function transportOf(client: unknown, options: LimiterOptions): Transport {
+  const c = client as any;
+  if (c && typeof c.isCluster === 'boolean' && typeof c.sendCommand === 'function') return new IoredisTransport(c, options.ioredis);
+  if (isNodeRedis(c)) return new NodeRedisTransport(c);
+  if (c && typeof c.send === 'function' && typeof c.nodeOf === 'function' && typeof c.wait === 'function') return c as Transport;
+  throw new TypeError('xcloak: Limiter needs an ioredis Redis or Cluster, or a node-redis client or cluster');
+}
+
+function checkChoice<T extends string>(name: string, value: T | undefined, choices: readonly T[], fallback: T): T {
+  if (value === undefined) return fallback;
+  if (!choices.includes(value)) throw new XcloakError(`ERR ${name} must be one of ${choices.join(', ')}, got ${JSON.stringify(value)}`);
+  return value;
+}
+
+function checkMs(name: string, value: number | undefined, fallback: number, min = 0): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < min) {
+    throw new XcloakError(`ERR ${name} must be a number of milliseconds of at least ${min}, got ${value}`);
+  }
+  return value;
+}
+
+/**
+ * Exact sliding-window rate limiting on one Redis (standalone or cluster),
+ * through XCLOAK.* where the server has the module and the bundled Lua script
+ * where it doesn't.
+ */
+export class Limiter {
+  readonly transport: Transport;
+  readonly prefix: string;
+  readonly fallback: Fallback;
+  readonly probeInterval: number;
+  readonly errorPolicy: ErrorPolicy;
+  readonly timeout: number;
+  readonly durable: DurableOptions | undefined;
+  readonly jitterFraction: number;
+  private readonly clock: Clock;
+  private readonly clockGiven: boolean;
+  private readonly random: () => number;
+  private readonly nodes = new Map<string, NodeState>();
+
+  constructor(client: unknown, options: LimiterOptions = {}) {
+    this.transport = transportOf(client, options);
+    this.prefix = options.prefix ?? '';
+    this.fallback = checkChoice('fallback', options.fallback, ['auto', 'always', 'never'], 'auto');
+    this.errorPolicy = checkChoice('errorPolicy', options.errorPolicy, ['raise', 'allow', 'deny'], 'raise');
+    this.probeInterval = checkMs('probeInterval', options.probeInterval, 60_000);
+    this.timeout = checkMs('timeout', options.timeout, 1000, 1);
+    this.jitterFraction = options.jitterFraction ?? 0.1;
+    if (options.durable) {
+      const { replicas, timeout } = options.durable;
+      if (!Number.isInteger(replicas) || replicas < 1) throw new XcloakError(`ERR durable.replicas must be an integer of at least 1, got ${replicas}`);
+      checkMs('durable.timeout', timeout, 0);
+      this.durable = { replicas, timeout };
+    }
+    this.clockGiven = options.clock !== undefined;
+    this.clock = options.clock ?? realClock;
+    this.random = options.random ?? Math.random;
+  }
+
+  /** One request against `key`: at most `limit` per `window` ms (and each tier's), `cost` units. */
+  async allow(key: string, window: number, limit: number, options: AllowOptions = {}): Promise<Decision> {
+    const spec = this.spec(key, window, limit, options.cost, options.tiers, options.now, options.stamp);
+    return this.decide(spec, () => this.allowOnce(spec));
+  }
+
+  /** What `allow` would decide now; records nothing. Goes to a replica where the client reads from replicas. */
+  async peek(key: string, window: number, limit: number, options: PeekOptions = {}): Promise<Decision> {
+    const spec = this.spec(key, window, limit, options.cost, options.tiers, options.now, false);
+    const command = peekCommand(spec);
+    return this.decide(spec, () =>
+      this.withDeadline(this.timeout, async (deadline) => {
+        const { reply, via } = await this.exec('peek', command, deadline);
+        return decisionFromReply(reply, spec, via);
+      }),
+    );
+  }
+
+  /** Removes up to `cost` entries of the admission `stamp`; resolves with how many it removed. Outages throw, whatever the policy. */
+  async refund(key: string, stamp: number, options: RefundOptions = {}): Promise<number> {
+    const fullKey = this.prefix + key;
+    const command = refundCommand(fullKey, stamp, options.cost);
+    try {
+      return await this.withDeadline(this.timeout + (this.durable?.timeout ?? 0), async (deadline) => {
+        const { reply } = await this.exec('refund', command, deadline);
+        const removed = Number(reply);
+        if (this.durable) await this.replicate(fullKey, deadline);
+        return removed;
+      });
+    } catch (error) {
+      throw toXcloakError(error);
+    }
+  }
+
+  /** Deletes the window (`DEL key`); resolves with whether there was one. Outages throw, whatever the policy. */
+  async reset(key: string): Promise<boolean> {
+    const fullKey = this.prefix + key;
+    try {
+      const reply = await this.withDeadline(this.timeout, (deadline) =>
+        this.transport.send(['DEL', fullKey], { key: fullKey, readonly: false, signal: deadline.signal }),
+      );
+      return Number(reply) > 0;
+    } catch (error) {
+      throw toXcloakError(error);
+    }
+  }
+
+  /**
+   * Waits until admitted, sleeping the server's retry-after (plus jitter),
+   * never past `maxWait`; resolves with the last Decision (rejected when the
+   * deadline came first or the request can never fit).
+   */
+  async acquire(key: string, window: number, limit: number, options: AcquireOptions): Promise<Decision> {
+    if (options?.maxWait === undefined) throw new XcloakError('ERR acquire needs maxWait (milliseconds)');
+    const maxWait = checkMs('maxWait', options.maxWait, 0);
+    const { signal } = options;
+    const deadline = this.clock.now() + maxWait;
+    for (;;) {
+      signal?.throwIfAborted();
+      const now = this.clock.now();
+      const decision = await this.allow(key, window, limit, {
+        cost: options.cost,
+        tiers: options.tiers,
+        ...(this.clockGiven ? { now } : {}),
+      });
+      const step = acquireStep(decision, now, deadline, this.jitterFraction, this.random);
+      if (step.done) return decision;
+      await this.clock.sleep(step.sleep, signal);
+    }
+  }
+
+  /**
+   * All or nothing over several keys: each request admitted in order with
+   * STAMP; on a rejection the earlier ones are refunded by their stamps and
+   * the later ones are not sent.
+   */
+  async allowAll(requests: readonly AllowRequest[], options: AllowAllOptions = {}): Promise<MultiDecision> {
+    if (requests.length === 0) throw new XcloakError('ERR allowAll needs at least one request');
+    const now = options.now ?? (this.clockGiven ? this.clock.now() : undefined);
+    const specs = requests.map((r) => this.spec(r.key, r.window, r.limit, r.cost, r.tiers, now, true));
+    specs.forEach((spec) => allowCommand(spec)); // refuses a bad window before anything is sent
+    const decisions: Decision[] = [];
+    for (let j = 0; j < specs.length; j++) {
+      let decision: Decision;
+      try {
+        decision = await this.allowOnce(specs[j]!);
+      } catch (error) {
+        await this.refundAll(specs, decisions);
+        const failure = toXcloakError(error);
+        if (!(failure instanceof XcloakUnavailableError) || this.errorPolicy === 'raise') throw failure;
+        const allowed = this.errorPolicy === 'allow';
+        const sent = [...decisions, errorDecision(specs[j]!, allowed, failure.cause)];
+        return { ...multiDecision(sent, allowed ? null : j), allowed, bindingIndex: j, binding: sent[j]!, retryAfter: 0, via: 'error', error: failure.cause };
+      }
+      decisions.push(decision);
+      if (!decision.allowed) {
+        await this.refundAll(specs, decisions.slice(0, j));
+        return multiDecision(decisions, j);
+      }
+    }
+    return multiDecision(decisions, null);
+  }
+
+  /** The HTTP header fields of a decision (docs/clients.md, Headers). */
+  headers(decision: Decision, options?: HeaderOptions): Record<string, string>;
+  headers(decision: MultiDecision, options?: MultiHeaderOptions): Record<string, string>;
+  headers(decision: Decision | MultiDecision, options?: HeaderOptions | MultiHeaderOptions): Record<string, string> {
+    return headerFields(decision as Decision, options as HeaderOptions);
+  }
+
+  /** Who serves `key`'s node now: the command or the script (undefined before the first call there). */
+  viaOf(key: string): Via | undefined {
+    const state = this.nodes.get(this.transport.nodeOf(this.prefix + key));
+    if (this.fallback === 'always') return 'script';
+    return state ? (state.script ? 'script' : 'command') : undefined;
+  }
+
+  // ---- internals
+
+  private spec(key: string, window: number, limit: number, cost?: number, tiers?: readonly TierSpec[], now?: number, stamp?: boolean): CallSpec {
+    const at = now ?? (this.clockGiven ? this.clock.now() : undefined);
+    const wantStamp = stamp === true || (this.durable !== undefined && this.errorPolicy === 'deny');
+    return { key: this.prefix + key, window, limit, cost, tiers, now: at, stamp: wantStamp };
+  }
+
+  /** ALLOW once, with its deadline and (durable) its WAIT; throws what failed, no policy. */
+  private allowOnce(spec: CallSpec): Promise<Decision> {
+    const command = allowCommand(spec);
+    const ms = this.timeout + (this.durable?.timeout ?? 0);
+    return this.withDeadline(ms, async (deadline) => {
+      const { reply, via } = await this.exec('allow', command, deadline);
+      const decision = decisionFromReply(reply, spec, via);
+      if (this.durable && decision.allowed) {
+        try {
+          await this.replicate(spec.key, deadline);
+        } catch (error) {
+          // Under deny, a request turned away consumes nothing (best effort).
+          if (this.errorPolicy === 'deny' && decision.stamp !== null) {
+            await this.refundBestEffort(spec.key, decision.stamp, spec.cost);
+          }
+          throw error;
+        }
+      }
+      return decision;
+    });
+  }
+
+  /** Applies the error policy to an outage; a refusal by the server is always thrown. */
+  private async decide(spec: CallSpec, call: () => Promise<Decision>): Promise<Decision> {
+    try {
+      return await call();
+    } catch (error) {
+      const failure = toXcloakError(error);
+      if (!(failure instanceof XcloakUnavailableError) || this.errorPolicy === 'raise') throw failure;
+      return errorDecision(spec, this.errorPolicy === 'allow', failure.cause);
+    }
+  }
+
+  private async replicate(key: string, deadline: Deadline): Promise<void> {
+    const { replicas, timeout } = this.durable!;
+    const acknowledged = await this.transport.wait(key, replicas, timeout, deadline.signal);
+    if (acknowledged < replicas) throw new XcloakUnavailableError(new XcloakNotReplicatedError(replicas, acknowledged));
+  }
+
+  private async refundAll(specs: readonly CallSpec[], admitted: readonly Decision[]): Promise<void> {
+    for (let i = 0; i < admitted.length; i++) {
+      const stamp = admitted[i]!.stamp;
+      if (stamp !== null) await this.refundBestEffort(specs[i]!.key, stamp, specs[i]!.cost);
+    }
+  }
+
+  /** A refund whose failure leaves the admission in place: the window stays conservative, never generous. */
+  private async refundBestEffort(fullKey: string, stamp: number, cost?: number): Promise<void> {
+    try {
+      await this.withDeadline(this.timeout, (deadline) => this.exec('refund', refundCommand(fullKey, stamp, cost), deadline));
+    } catch {
+      // best effort (docs/clients.md, allow_all)
+    }
+  }
+
+  /** Runs `work` under a deadline of `ms`: the promise rejects with XcloakTimeoutError when it passes. */
+  private withDeadline<T>(ms: number, work: (deadline: Deadline) => Promise<T>): Promise<T> {
+    const deadline = new Deadline();
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        const error = new XcloakTimeoutError(ms);
+        deadline.expire(error);
+        reject(error);
+      }, ms);
+      work(deadline).then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (error) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  private state(node: string): NodeState {
+    let state = this.nodes.get(node);
+    if (!state) {
+      state = { script: false, since: 0, readOnlyScripts: undefined };
+      this.nodes.set(node, state);
+    }
+    return state;
+  }
+
+  /** Sends `command` (XCLOAK.*) or, where the node lacks the module, its script; says which answered. */
+  private async exec(kind: Kind, command: string[], deadline: Deadline): Promise<{ reply: unknown; via: Via }> {
+    const key = command[1]!;
+    const readonly = kind === 'peek';
+    if (this.fallback === 'always') return { reply: await this.script(kind, command, this.state(this.transport.nodeOf(key)), deadline), via: 'script' };
+    const node = this.state(this.transport.nodeOf(key));
+    const probing = node.script && performance.now() - node.since >= this.probeInterval;
+    if (!node.script || probing || this.fallback === 'never') {
+      try {
+        const reply = await this.transport.send(command, { key, readonly, signal: deadline.signal });
+        node.script = false;
+        return { reply, via: 'command' };
+      } catch (error) {
+        if (this.fallback === 'never' || !isUnknownCommand(error)) throw error;
+        // Nothing was applied: this node is served by the script from now on
+        // (until the next probe).
+        node.script = true;
+        node.since = performance.now();
+      }
+    }
+    return { reply: await this.script(kind, command, node, deadline), via: 'script' };
+  }
+
+  private async script(kind: Kind, command: string[], node: NodeState, deadline: Deadline): Promise<unknown> {
+    const script = SCRIPTS[kind];
+    const key = command[1]!;
+    const args = command.slice(2);
+    const readonly = kind === 'peek';
+    const ro = readonly && node.readOnlyScripts !== false;
+    const send = (argv: string[]) => this.transport.send(argv, { key, readonly, signal: deadline.signal });
+    try {
+      const reply = await send([ro ? 'EVALSHA_RO' : 'EVALSHA', script.sha, '1', key, ...args]);
+      if (ro) node.readOnlyScripts = true;
+      return reply;
+    } catch (error) {
+      if (ro && isUnknownCommand(error)) {
+        node.readOnlyScripts = false; // before Redis 7.0
+        return this.script(kind, command, node, deadline);
+      }
+      // Not cached there (a restart, SCRIPT FLUSH, a new node): nothing ran.
+      // EVAL of the text runs it and caches it, once.
+      if (isNoScript(error)) return send([ro ? 'EVAL_RO' : 'EVAL', script.text, '1', key, ...args]);
+      throw error;
+    }
+  }
+}
