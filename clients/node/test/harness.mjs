@@ -21,6 +21,9 @@ export const MODULE = process.env.XCLOAK_MODULE || path.join(repoDir, 'target/re
 export const SERVER = process.env.XCLOAK_SERVER || 'redis-server';
 export const VECTORS = JSON.parse(readFileSync(path.join(repoDir, 'clients/conformance/vectors.json'), 'utf8'));
 
+/** The server binary's major version (`redis-server --version`: "v=7.0.15"; Valkey answers the same way). */
+export const SERVER_MAJOR = Number(/v=(\d+)/.exec(spawnSync(SERVER, ['--version'], { encoding: 'utf8' }).stdout ?? '')?.[1] ?? 0);
+
 const PORT_LO = 22000;
 const PORT_HI = 22499;
 const started = new Set();
@@ -81,8 +84,10 @@ export class Server {
   }
 
   async spawn() {
-    const argv = ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--save', '', '--appendonly', 'no', '--logfile', 'server.log'];
+    const argv = ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--save', '', '--appendonly', 'no', '--logfile', 'server.log', '--repl-diskless-sync-delay', '0'];
     if (this.module) argv.push('--loadmodule', MODULE);
+    // MODULE LOAD at run time (the re-probe tests); the option exists from 7.0.
+    if (SERVER_MAJOR >= 7) argv.push('--enable-module-command', 'yes');
     argv.push(...this.args);
     if (!existsSync(MODULE) && this.module) throw new Error(`the module is not built: ${MODULE} (make build)`);
     this.process = spawn(SERVER, argv, { stdio: 'ignore', cwd: this.dir });
@@ -183,7 +188,7 @@ export class Cluster {
       nodes.push(
         await Server.start({
           module: module(i),
-          args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '15000'],
+          args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '5000', '--repl-ping-replica-period', '1'],
         }),
       );
     }
@@ -248,6 +253,11 @@ export class Cluster {
 
   async resetStats() {
     for (const node of this.nodes) await node.resetStats();
+  }
+
+  /** Until every replica holds what its primary acknowledged so far (WAIT on each primary). */
+  async waitReplicated() {
+    for (const primary of await this.primaries()) await primary.admin.call('WAIT', String(this.replicasPerPrimary), '5000');
   }
 
   async destroy() {
