@@ -328,6 +328,21 @@ export class Limiter {
     return state ? (state.script ? 'script' : 'command') : undefined;
   }
 
+  /**
+   * @internal A plain command on the node of `argv[1]` (a full key: no prefix
+   * added), under the limiter's timeout; outages throw. The
+   * rate-limiter-flexible adapter keeps its block keys with it.
+   */
+  async command(argv: string[], readonly = false): Promise<unknown> {
+    try {
+      return await this.withDeadline(this.timeout, (deadline) =>
+        this.transport.send(argv, { key: argv[1] ?? '', readonly, signal: deadline.signal }),
+      );
+    } catch (error) {
+      throw toXcloakError(error);
+    }
+  }
+
   // ---- internals
 
   private spec(key: string, window: number, limit: number, cost?: number, tiers?: readonly TierSpec[], now?: number, stamp?: boolean): CallSpec {

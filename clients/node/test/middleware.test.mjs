@@ -35,6 +35,10 @@ async function app(framework, options) {
     fastify.addHook('onRequest', fastifyRateLimit(options));
     fastify.get('/ok', async () => 'ok');
     fastify.get('/fail', async (request, reply) => reply.code(500).send('fail'));
+    fastify.get('/gate', async () => {
+      await gate.opened;
+      return 'through';
+    });
     fastify.get('/slow', async () => {
       await sleep(100);
       return 'slow';
@@ -48,11 +52,35 @@ async function app(framework, options) {
   application.get('/ok', (req, res) => res.send('ok'));
   application.get('/fail', (req, res) => res.status(500).send('fail'));
   application.get('/slow', (req, res) => setTimeout(() => res.send('slow'), 100));
+  application.get('/gate', (req, res) => gate.opened.then(() => res.send('through')));
   application.use((error, req, res, next) => res.status(500).send(error.name)); // quiet: the default handler logs
   const listener = await new Promise((resolve) => {
     const l = application.listen(0, '127.0.0.1', () => resolve(l));
   });
   return { url: `http://127.0.0.1:${listener.address().port}`, close: () => new Promise((resolve) => listener.close(resolve)) };
+}
+
+/** Holds /gate's responses until open() (so every request is decided while the admitted ones are still in flight). */
+const gate = {};
+function closeGate() {
+  gate.opened = new Promise((resolve) => (gate.open = resolve));
+}
+closeGate();
+
+/** 20 requests to /gate at once: the admitted ones wait at the gate until the other 15 were answered (or 5 s). */
+async function burst(base) {
+  closeGate();
+  let rejected = 0;
+  const all = Array.from({ length: 20 }, () =>
+    get(base, '/gate').then((r) => {
+      if (r.status === 429) rejected++;
+      return r.status;
+    }),
+  );
+  const until = Date.now() + 5000;
+  while (rejected < 15 && Date.now() < until) await sleep(10);
+  gate.open();
+  return Promise.all(all);
 }
 
 async function get(base, path, headers = {}) {
@@ -168,7 +196,7 @@ for (const framework of ['express', 'express4', 'fastify']) {
       try {
         // 20 slow requests at once: an admission is only refunded after its
         // response, so exactly 5 are in at a time (PEEK-then-ALLOW would let a burst through).
-        const statuses = await Promise.all(Array.from({ length: 20 }, () => get(site.url, '/slow').then((r) => r.status)));
+        const statuses = await burst(site.url);
         assert.equal(statuses.filter((s) => s === 200).length, 5);
         assert.equal(statuses.filter((s) => s === 429).length, 15);
         await waitFor('the refunds', async () => (await server.admin.exists('rl:http:127.0.0.1')) === 0);
