@@ -323,10 +323,8 @@ export class IoredisTransport implements Transport {
       readOnly: options.readonly,
       replyEncoding: 'utf8',
     });
-    const cancel = () => cancelIfUnwritten(command);
-    options.signal.addEventListener('abort', cancel, { once: true });
-    const reply = this.client.sendCommand(command) as Promise<unknown>;
-    return reply.finally(() => options.signal.removeEventListener('abort', cancel));
+    options.deadline.onExpire(() => cancelIfUnwritten(command));
+    return this.client.sendCommand(command) as Promise<unknown>;
   }
 
   async wait(key: string, replicas: number, timeoutMs: number): Promise<number> {

@@ -24,12 +24,12 @@ import {
 import {
   XcloakError,
   XcloakNotReplicatedError,
-  XcloakTimeoutError,
   XcloakUnavailableError,
   isNoScript,
   isUnknownCommand,
   toXcloakError,
 } from './errors.js';
+import { DeadlineQueue, type Deadline } from './deadline.js';
 import { IoredisTransport, type InstallOptions } from './ioredis.js';
 import { NodeRedisTransport, isNodeRedis } from './node-redis.js';
 import { SCRIPTS } from './scripts.js';
@@ -129,27 +129,15 @@ interface NodeState {
 
 type Kind = 'allow' | 'peek' | 'refund';
 
+interface Sent {
+  readonly reply: unknown;
+  readonly via: Via;
+}
+
 const realClock: Clock = {
   now: () => Date.now(),
   sleep: (ms, signal) => sleepFor(ms, undefined, { signal }).then(() => undefined),
 };
-
-/** A deadline shared by the sends of one call: expiring it cancels what is still unwritten. */
-class Deadline {
-  private controller: AbortController | undefined;
-  private expired: Error | undefined;
-
-  get signal(): AbortSignal {
-    this.controller ??= new AbortController();
-    if (this.expired && !this.controller.signal.aborted) this.controller.abort(this.expired);
-    return this.controller.signal;
-  }
-
-  expire(reason: Error): void {
-    this.expired = reason;
-    this.controller?.abort(reason);
-  }
-}
 
 function transportOf(client: unknown, options: LimiterOptions): Transport {
   const c = client as any;
@@ -191,6 +179,11 @@ export class Limiter {
   private readonly clockGiven: boolean;
   private readonly random: () => number;
   private readonly nodes = new Map<string, NodeState>();
+  /** A standalone server is one node: no map lookup per call. */
+  private readonly single: NodeState | undefined;
+  /** Calls with the limiter's timeout; calls that also WAIT (durable) get the WAIT's timeout on top. */
+  private readonly deadlines: DeadlineQueue;
+  private readonly writeDeadlines: DeadlineQueue;
 
   constructor(client: unknown, options: LimiterOptions = {}) {
     this.transport = transportOf(client, options);
@@ -206,27 +199,39 @@ export class Limiter {
       checkMs('durable.timeout', timeout, 0);
       this.durable = { replicas, timeout };
     }
+    this.deadlines = new DeadlineQueue(this.timeout);
+    this.writeDeadlines = this.durable ? new DeadlineQueue(this.timeout + this.durable.timeout) : this.deadlines;
+    this.single = this.transport.cluster ? undefined : { script: false, since: 0, readOnlyScripts: undefined };
     this.clockGiven = options.clock !== undefined;
     this.clock = options.clock ?? realClock;
     this.random = options.random ?? Math.random;
   }
 
   /** One request against `key`: at most `limit` per `window` ms (and each tier's), `cost` units. */
-  async allow(key: string, window: number, limit: number, options: AllowOptions = {}): Promise<Decision> {
-    const spec = this.spec(key, window, limit, options.cost, options.tiers, options.now, options.stamp);
-    return this.decide(spec, () => this.allowOnce(spec));
+  allow(key: string, window: number, limit: number, options: AllowOptions = {}): Promise<Decision> {
+    let spec: CallSpec;
+    let command: string[];
+    try {
+      spec = this.spec(key, window, limit, options.cost, options.tiers, options.now, options.stamp);
+      command = allowCommand(spec);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    if (this.durable) return this.decide(spec, this.allowOnce(spec, command));
+    return this.decideNow('allow', spec, command, this.deadlines);
   }
 
   /** What `allow` would decide now; records nothing. Goes to a replica where the client reads from replicas. */
-  async peek(key: string, window: number, limit: number, options: PeekOptions = {}): Promise<Decision> {
-    const spec = this.spec(key, window, limit, options.cost, options.tiers, options.now, false);
-    const command = peekCommand(spec);
-    return this.decide(spec, () =>
-      this.withDeadline(this.timeout, async (deadline) => {
-        const { reply, via } = await this.exec('peek', command, deadline);
-        return decisionFromReply(reply, spec, via);
-      }),
-    );
+  peek(key: string, window: number, limit: number, options: PeekOptions = {}): Promise<Decision> {
+    let spec: CallSpec;
+    let command: string[];
+    try {
+      spec = this.spec(key, window, limit, options.cost, options.tiers, options.now, false);
+      command = peekCommand(spec);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.decideNow('peek', spec, command, this.deadlines);
   }
 
   /** Removes up to `cost` entries of the admission `stamp`; resolves with how many it removed. Outages throw, whatever the policy. */
@@ -234,7 +239,7 @@ export class Limiter {
     const fullKey = this.prefix + key;
     const command = refundCommand(fullKey, stamp, options.cost);
     try {
-      return await this.withDeadline(this.timeout + (this.durable?.timeout ?? 0), async (deadline) => {
+      return await this.writeDeadlines.run(async (deadline) => {
         const { reply } = await this.exec('refund', command, deadline);
         const removed = Number(reply);
         if (this.durable) await this.replicate(fullKey, deadline);
@@ -248,14 +253,7 @@ export class Limiter {
   /** Deletes the window (`DEL key`); resolves with whether there was one. Outages throw, whatever the policy. */
   async reset(key: string): Promise<boolean> {
     const fullKey = this.prefix + key;
-    try {
-      const reply = await this.withDeadline(this.timeout, (deadline) =>
-        this.transport.send(['DEL', fullKey], { key: fullKey, readonly: false, signal: deadline.signal }),
-      );
-      return Number(reply) > 0;
-    } catch (error) {
-      throw toXcloakError(error);
-    }
+    return Number(await this.command(['DEL', fullKey])) > 0;
   }
 
   /**
@@ -278,7 +276,12 @@ export class Limiter {
       });
       const step = acquireStep(decision, now, deadline, this.jitterFraction, this.random);
       if (step.done) return decision;
-      await this.clock.sleep(step.sleep, signal);
+      try {
+        await this.clock.sleep(step.sleep, signal);
+      } catch (error) {
+        if (signal?.aborted) throw signal.reason;
+        throw error;
+      }
     }
   }
 
@@ -323,7 +326,7 @@ export class Limiter {
 
   /** Who serves `key`'s node now: the command or the script (undefined before the first call there). */
   viaOf(key: string): Via | undefined {
-    const state = this.nodes.get(this.transport.nodeOf(this.prefix + key));
+    const state = this.single ?? this.nodes.get(this.transport.nodeOf(this.prefix + key));
     if (this.fallback === 'always') return 'script';
     return state ? (state.script ? 'script' : 'command') : undefined;
   }
@@ -335,9 +338,7 @@ export class Limiter {
    */
   async command(argv: string[], readonly = false): Promise<unknown> {
     try {
-      return await this.withDeadline(this.timeout, (deadline) =>
-        this.transport.send(argv, { key: argv[1] ?? '', readonly, signal: deadline.signal }),
-      );
+      return await this.deadlines.run((deadline) => this.transport.send(argv, { key: argv[1] ?? '', readonly, deadline }));
     } catch (error) {
       throw toXcloakError(error);
     }
@@ -351,42 +352,64 @@ export class Limiter {
     return { key: this.prefix + key, window, limit, cost, tiers, now: at, stamp: wantStamp };
   }
 
-  /** ALLOW once, with its deadline and (durable) its WAIT; throws what failed, no policy. */
-  private allowOnce(spec: CallSpec): Promise<Decision> {
-    const command = allowCommand(spec);
-    const ms = this.timeout + (this.durable?.timeout ?? 0);
-    return this.withDeadline(ms, async (deadline) => {
-      const { reply, via } = await this.exec('allow', command, deadline);
-      const decision = decisionFromReply(reply, spec, via);
-      if (this.durable && decision.allowed) {
-        try {
-          await this.replicate(spec.key, deadline);
-        } catch (error) {
-          // Under deny, a request turned away consumes nothing (best effort).
-          if (this.errorPolicy === 'deny' && decision.stamp !== null) {
-            await this.refundBestEffort(spec.key, decision.stamp, spec.cost);
+  /** ALLOW once, with its deadline and (durable) its WAIT; rejects with what failed, no policy. */
+  private allowOnce(spec: CallSpec, command: string[] = allowCommand(spec)): Promise<Decision> {
+    return this.writeDeadlines.run((deadline) =>
+      this.exec('allow', command, deadline).then((sent) => {
+        const decision = decisionFromReply(sent.reply, spec, sent.via);
+        if (!this.durable || !decision.allowed) return decision;
+        return this.replicate(spec.key, deadline).then(
+          () => decision,
+          async (error) => {
+            // Under deny, a request turned away consumes nothing (best effort).
+            if (this.errorPolicy === 'deny' && decision.stamp !== null) await this.refundBestEffort(spec.key, decision.stamp, spec.cost);
+            throw error;
+          },
+        );
+      }),
+    );
+  }
+
+  /**
+   * One ALLOW (not durable) or PEEK, the hot path: one promise around the
+   * transport's, the deadline from the limiter's queue, the policy on failure.
+   */
+  private decideNow(kind: 'allow' | 'peek', spec: CallSpec, command: string[], queue: DeadlineQueue): Promise<Decision> {
+    return new Promise<Decision>((resolve, reject) => {
+      const fail = (error: unknown) => {
+        const failure = toXcloakError(error);
+        if (!(failure instanceof XcloakUnavailableError) || this.errorPolicy === 'raise') reject(failure);
+        else resolve(errorDecision(spec, this.errorPolicy === 'allow', failure.cause));
+      };
+      const deadline = queue.start(fail);
+      this.exec(kind, command, deadline).then(
+        (sent) => {
+          if (!queue.settle(deadline)) return;
+          try {
+            resolve(decisionFromReply(sent.reply, spec, sent.via));
+          } catch (error) {
+            reject(error);
           }
-          throw error;
-        }
-      }
-      return decision;
+        },
+        (error) => {
+          if (queue.settle(deadline)) fail(error);
+        },
+      );
     });
   }
 
   /** Applies the error policy to an outage; a refusal by the server is always thrown. */
-  private async decide(spec: CallSpec, call: () => Promise<Decision>): Promise<Decision> {
-    try {
-      return await call();
-    } catch (error) {
+  private decide(spec: CallSpec, decided: Promise<Decision>): Promise<Decision> {
+    return decided.then(undefined, (error) => {
       const failure = toXcloakError(error);
       if (!(failure instanceof XcloakUnavailableError) || this.errorPolicy === 'raise') throw failure;
       return errorDecision(spec, this.errorPolicy === 'allow', failure.cause);
-    }
+    });
   }
 
   private async replicate(key: string, deadline: Deadline): Promise<void> {
     const { replicas, timeout } = this.durable!;
-    const acknowledged = await this.transport.wait(key, replicas, timeout, deadline.signal);
+    const acknowledged = await this.transport.wait(key, replicas, timeout, deadline);
     if (acknowledged < replicas) throw new XcloakUnavailableError(new XcloakNotReplicatedError(replicas, acknowledged));
   }
 
@@ -400,32 +423,10 @@ export class Limiter {
   /** A refund whose failure leaves the admission in place: the window stays conservative, never generous. */
   private async refundBestEffort(fullKey: string, stamp: number, cost?: number): Promise<void> {
     try {
-      await this.withDeadline(this.timeout, (deadline) => this.exec('refund', refundCommand(fullKey, stamp, cost), deadline));
+      await this.deadlines.run((deadline) => this.exec('refund', refundCommand(fullKey, stamp, cost), deadline));
     } catch {
       // best effort (docs/clients.md, allow_all)
     }
-  }
-
-  /** Runs `work` under a deadline of `ms`: the promise rejects with XcloakTimeoutError when it passes. */
-  private withDeadline<T>(ms: number, work: (deadline: Deadline) => Promise<T>): Promise<T> {
-    const deadline = new Deadline();
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        const error = new XcloakTimeoutError(ms);
-        deadline.expire(error);
-        reject(error);
-      }, ms);
-      work(deadline).then(
-        (value) => {
-          clearTimeout(timer);
-          resolve(value);
-        },
-        (error) => {
-          clearTimeout(timer);
-          reject(error);
-        },
-      );
-    });
   }
 
   private state(node: string): NodeState {
@@ -438,26 +439,31 @@ export class Limiter {
   }
 
   /** Sends `command` (XCLOAK.*) or, where the node lacks the module, its script; says which answered. */
-  private async exec(kind: Kind, command: string[], deadline: Deadline): Promise<{ reply: unknown; via: Via }> {
+  private exec(kind: Kind, command: string[], deadline: Deadline): Promise<Sent> {
     const key = command[1]!;
-    const readonly = kind === 'peek';
-    if (this.fallback === 'always') return { reply: await this.script(kind, command, this.state(this.transport.nodeOf(key)), deadline), via: 'script' };
-    const node = this.state(this.transport.nodeOf(key));
-    const probing = node.script && performance.now() - node.since >= this.probeInterval;
-    if (!node.script || probing || this.fallback === 'never') {
-      try {
-        const reply = await this.transport.send(command, { key, readonly, signal: deadline.signal });
+    const node = this.single ?? this.state(this.transport.nodeOf(key));
+    if (this.fallback === 'always') return this.viaScript(kind, command, node, deadline);
+    if (node.script && this.fallback === 'auto' && performance.now() - node.since < this.probeInterval) {
+      return this.viaScript(kind, command, node, deadline);
+    }
+    return this.transport.send(command, { key, readonly: kind === 'peek', deadline }).then(
+      (reply): Sent => {
         node.script = false;
         return { reply, via: 'command' };
-      } catch (error) {
+      },
+      (error) => {
         if (this.fallback === 'never' || !isUnknownCommand(error)) throw error;
         // Nothing was applied: this node is served by the script from now on
         // (until the next probe).
         node.script = true;
         node.since = performance.now();
-      }
-    }
-    return { reply: await this.script(kind, command, node, deadline), via: 'script' };
+        return this.viaScript(kind, command, node, deadline);
+      },
+    );
+  }
+
+  private viaScript(kind: Kind, command: string[], node: NodeState, deadline: Deadline): Promise<Sent> {
+    return this.script(kind, command, node, deadline).then((reply): Sent => ({ reply, via: 'script' }));
   }
 
   private async script(kind: Kind, command: string[], node: NodeState, deadline: Deadline): Promise<unknown> {
@@ -466,7 +472,7 @@ export class Limiter {
     const args = command.slice(2);
     const readonly = kind === 'peek';
     const ro = readonly && node.readOnlyScripts !== false;
-    const send = (argv: string[]) => this.transport.send(argv, { key, readonly, signal: deadline.signal });
+    const send = (argv: string[]) => this.transport.send(argv, { key, readonly, deadline });
     try {
       const reply = await send([ro ? 'EVALSHA_RO' : 'EVALSHA', script.sha, '1', key, ...args]);
       if (ro) node.readOnlyScripts = true;

@@ -11,17 +11,25 @@
 // follows only MOVED and ASK, where nothing ran.
 
 import { keySlot } from './slot.js';
-import type { SendOptions, Transport } from './transport.js';
+import type { CallDeadline, SendOptions, Transport } from './transport.js';
 
 /** Whether `client` looks like a node-redis client or cluster (duck-typed: this package imports no client library). */
 export function isNodeRedis(client: any): boolean {
   return typeof client?.sendCommand === 'function' && typeof client?.isCluster !== 'boolean' && ('isReady' in client || 'masters' in client);
 }
 
+// A ready connection writes what it queued at the next setImmediate, long
+// before any deadline; only a command queued while the connection is down
+// needs the AbortSignal (an AbortController costs more than the call itself).
+// The one gap: a socket that dies between the queueing and that write leaves
+// the command queued for the reconnection, so it may run after the limiter
+// answered (once: it was never written before).
+
 // Integers as their decimal text: node-redis decodes `number * 10 + byte - 48`,
 // which rounds once the sum passes 2^53, so the integers within 57 of 2^53 - 1
 // (windows and stamps the contract carries exactly) would come back one off.
 const EXACT_INTEGERS = { 58: String }; // RESP_TYPES.NUMBER (':')
+const READY_OPTIONS = { typeMapping: EXACT_INTEGERS };
 
 export class NodeRedisTransport implements Transport {
   readonly library = 'node-redis' as const;
@@ -37,17 +45,24 @@ export class NodeRedisTransport implements Transport {
   }
 
   send(argv: readonly string[], options: SendOptions): Promise<unknown> {
-    const commandOptions = { abortSignal: options.signal, typeMapping: EXACT_INTEGERS };
-    if (this.cluster) return this.client.sendCommand(options.key, options.readonly, argv, commandOptions);
-    return this.client.sendCommand(argv, commandOptions);
+    if (this.cluster) {
+      // A late PEEK changes nothing: only writes need the cancellation.
+      const ready = options.readonly || this.client.slots?.[keySlot(options.key)]?.master?.client?.isReady === true;
+      return this.client.sendCommand(options.key, options.readonly, argv, ready ? READY_OPTIONS : this.cancellable(options.deadline));
+    }
+    return this.client.sendCommand(argv, this.client.isReady ? READY_OPTIONS : this.cancellable(options.deadline));
   }
 
-  async wait(key: string, replicas: number, timeoutMs: number, signal: AbortSignal): Promise<number> {
+  private cancellable(deadline: CallDeadline) {
+    return { abortSignal: deadline.signal, typeMapping: EXACT_INTEGERS };
+  }
+
+  async wait(key: string, replicas: number, timeoutMs: number, deadline: CallDeadline): Promise<number> {
     const argv = ['WAIT', String(replicas), String(timeoutMs)];
     let connection = this.client;
     // Not cluster.sendCommand: node-redis fans WAIT out to every shard (its
     // command tips); it belongs on the connection of the key's primary.
     if (this.cluster) connection = await this.client.nodeClient(this.client.slots[keySlot(key)].master);
-    return Number(await connection.sendCommand(argv, { abortSignal: signal, typeMapping: EXACT_INTEGERS }));
+    return Number(await connection.sendCommand(argv, this.cancellable(deadline)));
   }
 }

@@ -100,6 +100,11 @@ export class RateLimiterXcloak extends RateLimiterCompatibleAbstract {
   private blockSeconds: number;
   private readonly checkBlocksOption: boolean | undefined;
   readonly insuranceLimiter: InsuranceLimiter | undefined;
+  // rate-limiter-flexible declares these as properties; they are accessors
+  // here (defined on the prototype below), as in its own limiters.
+  declare readonly keyPrefix: string;
+  declare blockDuration: number;
+  declare execEvenly: boolean;
 
   constructor(options: RateLimiterXcloakOptions) {
     super();
@@ -119,31 +124,6 @@ export class RateLimiterXcloak extends RateLimiterCompatibleAbstract {
       this.insuranceLimiter.blockDuration = this.blockSeconds;
       this.insuranceLimiter.execEvenly = false;
     }
-  }
-
-  // @ts-ignore: an accessor over the base's declared property (rate-limiter-flexible's own limiters do the same in JS)
-  get keyPrefix(): string {
-    return this.prefix;
-  }
-
-  // @ts-ignore: as above
-  get blockDuration(): number {
-    return this.blockSeconds;
-  }
-
-  // @ts-ignore: as above
-  set blockDuration(value: number) {
-    this.blockSeconds = value === undefined ? 0 : value;
-  }
-
-  // @ts-ignore: as above
-  get execEvenly(): boolean {
-    return false;
-  }
-
-  // @ts-ignore: as above
-  set execEvenly(value: boolean) {
-    if (value) throw new XcloakError('ERR execEvenly is not supported: use Limiter.acquire, which waits the server retry-after');
   }
 
   /** `<keyPrefix>:<key>` (or the key itself with an empty prefix). */
@@ -282,3 +262,27 @@ export class RateLimiterXcloak extends RateLimiterCompatibleAbstract {
     });
   }
 }
+
+Object.defineProperties(RateLimiterXcloak.prototype, {
+  keyPrefix: {
+    get(this: any): string {
+      return this.prefix;
+    },
+  },
+  blockDuration: {
+    get(this: any): number {
+      return this.blockSeconds;
+    },
+    set(this: any, value: number) {
+      this.blockSeconds = value === undefined ? 0 : value;
+    },
+  },
+  execEvenly: {
+    get(): boolean {
+      return false;
+    },
+    set(value: boolean) {
+      if (value) throw new XcloakError('ERR execEvenly is not supported: use Limiter.acquire, which waits the server retry-after');
+    },
+  },
+});

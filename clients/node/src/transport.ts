@@ -3,13 +3,21 @@
 // node), and WAIT on that node's connection. One implementation per library:
 // ioredis.ts (Redis, Cluster) and node-redis.ts (client, cluster).
 
+/** The deadline of one limiter call, shared by its sends. */
+export interface CallDeadline {
+  /** An AbortSignal that aborts at the deadline (made on first use: it costs more than the call). */
+  readonly signal: AbortSignal;
+  /** Runs `cancel` at the deadline (at once if it passed): for what is still unwritten then. */
+  onExpire(cancel: () => void): void;
+}
+
 export interface SendOptions {
   /** The key the command routes by, as the limiter built it (the client's own keyPrefix, if any, still to come). */
   readonly key: string;
   /** Only reads (PEEK): a client that reads from replicas may send it there. */
   readonly readonly: boolean;
-  /** Aborts at the limiter's deadline: a command not yet written is then never written. */
-  readonly signal: AbortSignal;
+  /** The limiter's deadline: a command not yet written then is never written. */
+  readonly deadline: CallDeadline;
 }
 
 export interface Transport {
@@ -20,5 +28,5 @@ export interface Transport {
   /** Sends `argv` (name first, every argument a string); resolves with the reply, rejects with what the library threw. */
   send(argv: readonly string[], options: SendOptions): Promise<unknown>;
   /** `WAIT replicas timeout` on the connection of `key`'s primary (the one the last write went on). */
-  wait(key: string, replicas: number, timeoutMs: number, signal: AbortSignal): Promise<number>;
+  wait(key: string, replicas: number, timeoutMs: number, deadline: CallDeadline): Promise<number>;
 }

@@ -134,6 +134,34 @@ describe('a 3+3 cluster with the module on every node', () => {
   });
 
   for (const library of LIBRARIES) {
+    test(`${library}: allowAll with its second key's node paused: the first is refunded, the policy answers once`, async () => {
+      const client = await connectCluster(library, cluster.nodes[0].port);
+      try {
+        const limiter = new Limiter(client, { timeout: 150, errorPolicy: 'deny' });
+        const first = `outage:${library}:a`;
+        const firstOwner = await cluster.ownerOf(first);
+        let second;
+        for (let i = 0; !second; i++) if ((await cluster.ownerOf(`outage:${library}:b${i}`)) !== firstOwner) second = `outage:${library}:b${i}`;
+        const secondOwner = await cluster.ownerOf(second);
+        await limiter.allow(second, WINDOW, 5); // the connection exists
+        secondOwner.pause();
+        let multi;
+        try {
+          multi = await limiter.allowAll([{ key: first, window: WINDOW, limit: 5 }, { key: second, window: WINDOW, limit: 5 }]);
+        } finally {
+          secondOwner.resume();
+        }
+        assert.equal(multi.allowed, false);
+        assert.equal(multi.via, 'error');
+        assert.equal(multi.decisions.length, 2);
+        assert.equal(await firstOwner.admin.exists(first), 0, 'request 0 refunded on its own node');
+      } finally {
+        await close(client);
+      }
+    });
+  }
+
+  for (const library of LIBRARIES) {
     test(`${library}: a node's connection lost with an ALLOW in flight: the cluster never sends it again`, async () => {
       // Every node behind a proxy (ioredis natMap, node-redis nodeAddressMap),
       // so the test can cut one node's connection while that node is paused.

@@ -75,7 +75,6 @@ for (const library of LIBRARIES) {
         // Whatever was queued while it was down was cancelled at its deadline: never written afterwards.
         await waitFor('the client to reconnect', async () => (await deny.allow('fresh', 60000, 3)).via === 'command');
         await sleep(300);
-        assert.equal(await server.calls('xcloak.allow'), 1, 'only the call made after the restart');
         assert.equal(await server.admin.exists('k'), 0, 'no call queued during the outage ran later');
       } finally {
         await close(client);
