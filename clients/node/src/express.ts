@@ -24,8 +24,16 @@ export interface ExpressOptions<Req extends IncomingMessage = ExpressRequest> ex
   readonly onRejected?: (request: Req, response: ExpressResponse, verdict: Verdict) => void;
 }
 
-/** The rate-limiting middleware: `(req, res, next) => void`. */
-export function rateLimit<Req extends IncomingMessage = ExpressRequest>(options: ExpressOptions<Req>) {
+export type ExpressMiddleware<Req extends IncomingMessage> = (request: Req, response: ExpressResponse, next: NextFunction) => void;
+
+/**
+ * The rate-limiting middleware: `(req, res, next) => void`. The key functions
+ * see node's request; name your request type to see more
+ * (`rateLimit<Request>({ ... })` with Express's `Request`).
+ */
+export function rateLimit(options: ExpressOptions<ExpressRequest>): ExpressMiddleware<ExpressRequest>;
+export function rateLimit<Req extends IncomingMessage>(options: ExpressOptions<Req>): ExpressMiddleware<Req>;
+export function rateLimit<Req extends IncomingMessage>(options: ExpressOptions<Req>): ExpressMiddleware<Req> {
   const core = new RateLimitCore<Req>(options);
   return function xcloakRateLimit(request: Req, response: ExpressResponse, next: NextFunction): void {
     core.check(request).then(

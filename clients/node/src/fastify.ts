@@ -9,7 +9,7 @@
 // 'raise' throws into Fastify's error handler (500), 'allow' serves the request
 // without headers, 'deny' answers 503.
 
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { RateLimitCore, type MiddlewareOptions, type Verdict } from './http.js';
 
 export { clientAddress } from './http.js';
@@ -18,6 +18,7 @@ export type { LimitSpec, MiddlewareOptions, Verdict } from './http.js';
 /** The parts of Fastify's request and reply this hook uses (structural: no import of fastify). */
 export interface FastifyLikeRequest {
   readonly raw: IncomingMessage;
+  readonly headers: IncomingHttpHeaders;
 }
 export interface FastifyLikeReply {
   readonly raw: ServerResponse;
@@ -33,8 +34,16 @@ export interface FastifyOptions<Req extends FastifyLikeRequest = FastifyLikeRequ
   readonly onRejected?: (request: Req, reply: FastifyLikeReply, verdict: Verdict) => unknown;
 }
 
-/** The onRequest hook: `async (request, reply) => ...`. */
-export function rateLimit<Req extends FastifyLikeRequest = FastifyLikeRequest>(options: FastifyOptions<Req>) {
+export type FastifyHook<Req extends FastifyLikeRequest> = (request: Req, reply: FastifyLikeReply) => Promise<unknown>;
+
+/**
+ * The onRequest hook: `async (request, reply) => ...`. The key functions see
+ * `{ raw, headers }`; name your request type to see more
+ * (`rateLimit<FastifyRequest>({ ... })`).
+ */
+export function rateLimit(options: FastifyOptions<FastifyLikeRequest>): FastifyHook<FastifyLikeRequest>;
+export function rateLimit<Req extends FastifyLikeRequest>(options: FastifyOptions<Req>): FastifyHook<Req>;
+export function rateLimit<Req extends FastifyLikeRequest>(options: FastifyOptions<Req>): FastifyHook<Req> {
   const core = new RateLimitCore<Req>(options);
   return async function xcloakRateLimit(request: Req, reply: FastifyLikeReply): Promise<unknown> {
     const verdict = await core.check(request);

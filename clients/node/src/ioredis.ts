@@ -317,7 +317,8 @@ export class IoredisTransport implements Transport {
     // With auto-pipelining on, `call` puts the command in the current
     // auto-pipeline (the guard still refuses a re-send); else the limiter's
     // own Command, which its deadline can cancel while it is still unwritten.
-    if (this.autoPipelining) return this.client.call(name, ...args);
+    // Lowercase: the Cluster's read-only check (scaleReads) looks names up case-sensitively.
+    if (this.autoPipelining) return this.client.call(name.toLowerCase(), ...args);
     const command = new this.module.Command(name, args, {
       keyPrefix: this.keyPrefix || undefined,
       readOnly: options.readonly,

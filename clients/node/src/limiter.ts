@@ -139,6 +139,21 @@ const realClock: Clock = {
   sleep: (ms, signal) => sleepFor(ms, undefined, { signal }).then(() => undefined),
 };
 
+/**
+ * Whether a reply to `command` may hold an integer near 2^53 (a window, a
+ * retry or reset after it, or a stamp of a NOW that large): some client
+ * decoders round those (see node-redis.ts). The arguments after the key are
+ * windows, limits, costs and times; a limit or cost is at most 10^6.
+ */
+function nearMaxExact(command: string[]): boolean {
+  for (let i = 2; i < command.length; i++) {
+    const arg = command[i]!;
+    // At least 2^52: more than 16 digits, or 16 digits from 4503599627370496 up.
+    if (arg.length > 16 || (arg.length === 16 && arg >= '4503599627370496')) return true;
+  }
+  return false;
+}
+
 function transportOf(client: unknown, options: LimiterOptions): Transport {
   const c = client as any;
   if (c && typeof c.isCluster === 'boolean' && typeof c.sendCommand === 'function') return new IoredisTransport(c, options.ioredis);
@@ -446,7 +461,7 @@ export class Limiter {
     if (node.script && this.fallback === 'auto' && performance.now() - node.since < this.probeInterval) {
       return this.viaScript(kind, command, node, deadline);
     }
-    return this.transport.send(command, { key, readonly: kind === 'peek', deadline }).then(
+    return this.transport.send(command, { key, readonly: kind === 'peek', deadline, exactIntegers: nearMaxExact(command) }).then(
       (reply): Sent => {
         node.script = false;
         return { reply, via: 'command' };
@@ -472,7 +487,8 @@ export class Limiter {
     const args = command.slice(2);
     const readonly = kind === 'peek';
     const ro = readonly && node.readOnlyScripts !== false;
-    const send = (argv: string[]) => this.transport.send(argv, { key, readonly, deadline });
+    const exactIntegers = nearMaxExact(command);
+    const send = (argv: string[]) => this.transport.send(argv, { key, readonly, deadline, exactIntegers });
     try {
       const reply = await send([ro ? 'EVALSHA_RO' : 'EVALSHA', script.sha, '1', key, ...args]);
       if (ro) node.readOnlyScripts = true;

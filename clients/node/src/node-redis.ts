@@ -25,11 +25,13 @@ export function isNodeRedis(client: any): boolean {
 // the command queued for the reconnection, so it may run after the limiter
 // answered (once: it was never written before).
 
-// Integers as their decimal text: node-redis decodes `number * 10 + byte - 48`,
-// which rounds once the sum passes 2^53, so the integers within 57 of 2^53 - 1
-// (windows and stamps the contract carries exactly) would come back one off.
+// Integers as their decimal text where the reply may hold one near 2^53:
+// node-redis decodes `number * 10 + byte - 48`, which rounds once the sum
+// passes 2^53, so the integers within 57 of 2^53 - 1 (windows and stamps the
+// contract carries exactly) would come back one off. Only then: the text
+// costs more to decode.
 const EXACT_INTEGERS = { 58: String }; // RESP_TYPES.NUMBER (':')
-const READY_OPTIONS = { typeMapping: EXACT_INTEGERS };
+const EXACT_OPTIONS = { typeMapping: EXACT_INTEGERS };
 
 export class NodeRedisTransport implements Transport {
   readonly library = 'node-redis' as const;
@@ -45,16 +47,18 @@ export class NodeRedisTransport implements Transport {
   }
 
   send(argv: readonly string[], options: SendOptions): Promise<unknown> {
+    const exact = options.exactIntegers === true;
     if (this.cluster) {
       // A late PEEK changes nothing: only writes need the cancellation.
       const ready = options.readonly || this.client.slots?.[keySlot(options.key)]?.master?.client?.isReady === true;
-      return this.client.sendCommand(options.key, options.readonly, argv, ready ? READY_OPTIONS : this.cancellable(options.deadline));
+      const commandOptions = ready ? (exact ? EXACT_OPTIONS : undefined) : this.cancellable(options.deadline, exact);
+      return this.client.sendCommand(options.key, options.readonly, argv, commandOptions);
     }
-    return this.client.sendCommand(argv, this.client.isReady ? READY_OPTIONS : this.cancellable(options.deadline));
+    return this.client.sendCommand(argv, this.client.isReady ? (exact ? EXACT_OPTIONS : undefined) : this.cancellable(options.deadline, exact));
   }
 
-  private cancellable(deadline: CallDeadline) {
-    return { abortSignal: deadline.signal, typeMapping: EXACT_INTEGERS };
+  private cancellable(deadline: CallDeadline, exact: boolean) {
+    return exact ? { abortSignal: deadline.signal, typeMapping: EXACT_INTEGERS } : { abortSignal: deadline.signal };
   }
 
   async wait(key: string, replicas: number, timeoutMs: number, deadline: CallDeadline): Promise<number> {
@@ -63,6 +67,6 @@ export class NodeRedisTransport implements Transport {
     // Not cluster.sendCommand: node-redis fans WAIT out to every shard (its
     // command tips); it belongs on the connection of the key's primary.
     if (this.cluster) connection = await this.client.nodeClient(this.client.slots[keySlot(key)].master);
-    return Number(await connection.sendCommand(argv, this.cancellable(deadline)));
+    return Number(await connection.sendCommand(argv, this.cancellable(deadline, false)));
   }
 }

@@ -18,6 +18,8 @@ export interface SendOptions {
   readonly readonly: boolean;
   /** The limiter's deadline: a command not yet written then is never written. */
   readonly deadline: CallDeadline;
+  /** The reply may hold integers near 2^53 (a huge window or NOW): decode them exactly (see node-redis.ts). */
+  readonly exactIntegers?: boolean;
 }
 
 export interface Transport {

@@ -23,7 +23,7 @@ before(() => {
   mkdirSync(path.join(project, 'node_modules/xcloak'), { recursive: true });
   execFileSync('tar', ['xzf', path.join(project, filename), '-C', path.join(project, 'node_modules/xcloak'), '--strip-components=1']);
   // The peers from this package's own node_modules (resolved through the symlinks' real paths).
-  for (const peer of ['ioredis', 'redis', 'rate-limiter-flexible', 'express-rate-limit', 'typescript', '@types']) {
+  for (const peer of ['ioredis', 'redis', 'rate-limiter-flexible', 'express-rate-limit', 'fastify', 'express', 'typescript', '@types']) {
     symlinkSync(path.join(packageDir, 'node_modules', peer), path.join(project, 'node_modules', peer));
   }
   writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true }));
@@ -77,12 +77,26 @@ void new Limiter({} as never, { errorPolicy: 'open' });
       `import { Limiter, headers, type Decision } from 'xcloak';\nimport { rateLimit } from 'xcloak/express';\nimport { RateLimiterXcloak } from 'xcloak/rate-limiter-flexible';\nimport { XcloakStore } from 'xcloak/express-rate-limit';\n${use}`,
     );
     writeFileSync(
+      path.join(project, 'fastify.mts'),
+      `import Fastify from 'fastify';\nimport { Redis } from 'ioredis';\nimport { Limiter } from 'xcloak';\nimport { rateLimit } from 'xcloak/fastify';\n` +
+        `const app = Fastify();\nconst limiter = new Limiter(new Redis({ lazyConnect: true }));\n` +
+        `app.addHook('onRequest', rateLimit({ limiter, limits: { window: 1000, limit: 5 } }));\n` +
+        `app.get('/', { onRequest: rateLimit({ limiter, limits: { name: 'r', window: 1000, limit: 5, key: (request) => String(request.headers['x-user']) } }) }, async () => 'ok');\n`,
+    );
+    writeFileSync(
+      path.join(project, 'express.mts'),
+      `import express, { type Request } from 'express';\nimport { Redis } from 'ioredis';\nimport { Limiter } from 'xcloak';\nimport { rateLimit } from 'xcloak/express';\n` +
+        `const app = express();\nconst limiter = new Limiter(new Redis({ lazyConnect: true }));\n` +
+        `app.use(rateLimit({ limiter, limits: { window: 1000, limit: 5 } }));\n` +
+        `app.post('/login', rateLimit<Request>({ limiter, limits: { name: 'account', window: 60_000, limit: 5, key: (req) => String(req.body.user) } }), (req, res) => { res.send('ok'); });\n`,
+    );
+    writeFileSync(
       path.join(project, 'use.cts'),
       `import { Limiter, headers, type Decision } from 'xcloak';\nimport { rateLimit } from 'xcloak/fastify';\nimport { RateLimiterXcloak } from 'xcloak/rate-limiter-flexible';\nimport { XcloakStore } from 'xcloak/express-rate-limit';\n${use}`,
     );
     writeFileSync(
       path.join(project, 'tsconfig.json'),
-      JSON.stringify({ compilerOptions: { module: 'node16', moduleResolution: 'node16', strict: true, noEmit: true, types: ['node'], skipLibCheck: false, target: 'ES2022' }, files: ['use.mts', 'use.cts'] }),
+      JSON.stringify({ compilerOptions: { module: 'node16', moduleResolution: 'node16', strict: true, noEmit: true, types: ['node'], skipLibCheck: false, target: 'ES2022' }, files: ['use.mts', 'use.cts', 'fastify.mts', 'express.mts'] }),
     );
     try {
       execFileSync(process.execPath, [path.join(project, 'node_modules/typescript/bin/tsc'), '-p', project], { cwd: project, encoding: 'utf8' });
