@@ -38,5 +38,5 @@ elif ! command -v node >/dev/null 2>&1 || [ "$(node_major node)" -lt 20 ]; then
 fi
 
 scripts/prepare.sh
-if [ $# -eq 0 ]; then set -- test/; fi
+if [ $# -eq 0 ]; then set -- test/*.test.mjs; fi
 exec node --test --test-concurrency=1 "$@"

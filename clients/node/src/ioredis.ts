@@ -292,6 +292,9 @@ export class IoredisTransport implements Transport {
   /** The client's own `keyPrefix`: ioredis puts it on every key, the limiter's `prefix` included. */
   private readonly keyPrefix: string;
   private readonly autoPipelining: boolean;
+  /** ioredis decodes integers near 2^53 one off unless `stringNumbers` (see `exact`). */
+  private readonly stringNumbers: boolean;
+  private exactClient: any;
 
   constructor(private readonly client: any, options: InstallOptions = {}) {
     const dir = options.from ? packageDir('ioredis', options.from) : (ioredisDirOf(client) ?? resolveDir(undefined));
@@ -304,6 +307,25 @@ export class IoredisTransport implements Transport {
     this.cluster = client.isCluster === true;
     this.keyPrefix = typeof client.options?.keyPrefix === 'string' ? client.options.keyPrefix : '';
     this.autoPipelining = client.options?.enableAutoPipelining === true;
+    this.stringNumbers = (this.cluster ? client.options?.redisOptions?.stringNumbers : client.options?.stringNumbers) === true;
+  }
+
+  /**
+   * The connection for a call whose reply may hold an integer near 2^53 (a
+   * window or NOW of 2^52 and more): ioredis reads an integer as
+   * `n * 10 + byte - 48`, which rounds past 2^53, so those replies go on a
+   * duplicate of the client with `stringNumbers` (made on first use, closed
+   * with the client), which reads them as exact text.
+   */
+  private exact(): any {
+    if (this.stringNumbers) return this.client;
+    if (!this.exactClient) {
+      const exact = this.cluster ? this.client.duplicate([], { redisOptions: { stringNumbers: true } }) : this.client.duplicate({ stringNumbers: true });
+      exact.on('error', () => {}); // each call's own promise reports its failure
+      this.client.once('end', () => exact.disconnect());
+      this.exactClient = exact;
+    }
+    return this.exactClient;
   }
 
   nodeOf(key: string): string {
@@ -314,26 +336,28 @@ export class IoredisTransport implements Transport {
 
   send(argv: readonly string[], options: SendOptions): Promise<unknown> {
     const [name, ...args] = argv as [string, ...string[]];
+    const client = options.exactIntegers ? this.exact() : this.client;
     // With auto-pipelining on, `call` puts the command in the current
     // auto-pipeline (the guard still refuses a re-send); else the limiter's
     // own Command, which its deadline can cancel while it is still unwritten.
     // Lowercase: the Cluster's read-only check (scaleReads) looks names up case-sensitively.
-    if (this.autoPipelining) return this.client.call(name.toLowerCase(), ...args);
+    if (this.autoPipelining) return client.call(name.toLowerCase(), ...args);
     const command = new this.module.Command(name, args, {
       keyPrefix: this.keyPrefix || undefined,
       readOnly: options.readonly,
       replyEncoding: 'utf8',
     });
     options.deadline.onExpire(() => cancelIfUnwritten(command));
-    return this.client.sendCommand(command) as Promise<unknown>;
+    return client.sendCommand(command) as Promise<unknown>;
   }
 
-  async wait(key: string, replicas: number, timeoutMs: number): Promise<number> {
+  async wait(key: string, replicas: number, timeoutMs: number, _deadline?: unknown, exactIntegers?: boolean): Promise<number> {
     const command = new this.module.Command('WAIT', [String(replicas), String(timeoutMs)], { replyEncoding: 'utf8' });
-    let connection = this.client;
+    const client = exactIntegers ? this.exact() : this.client;
+    let connection = client;
     if (this.cluster) {
       const nodeKey = this.nodeOf(key);
-      connection = this.client.connectionPool?.getInstanceByKey?.(nodeKey);
+      connection = client.connectionPool?.getInstanceByKey?.(nodeKey);
       if (!connection) throw new Error(`no connection to ${nodeKey || "the key's node"} for WAIT`);
     }
     return Number(await connection.sendCommand(command));

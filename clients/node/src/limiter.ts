@@ -257,7 +257,7 @@ export class Limiter {
       return await this.writeDeadlines.run(async (deadline) => {
         const { reply } = await this.exec('refund', command, deadline);
         const removed = Number(reply);
-        if (this.durable) await this.replicate(fullKey, deadline);
+        if (this.durable) await this.replicate(fullKey, deadline, nearMaxExact(command));
         return removed;
       });
     } catch (error) {
@@ -373,7 +373,7 @@ export class Limiter {
       this.exec('allow', command, deadline).then((sent) => {
         const decision = decisionFromReply(sent.reply, spec, sent.via);
         if (!this.durable || !decision.allowed) return decision;
-        return this.replicate(spec.key, deadline).then(
+        return this.replicate(spec.key, deadline, nearMaxExact(command)).then(
           () => decision,
           async (error) => {
             // Under deny, a request turned away consumes nothing (best effort).
@@ -422,9 +422,9 @@ export class Limiter {
     });
   }
 
-  private async replicate(key: string, deadline: Deadline): Promise<void> {
+  private async replicate(key: string, deadline: Deadline, exactIntegers = false): Promise<void> {
     const { replicas, timeout } = this.durable!;
-    const acknowledged = await this.transport.wait(key, replicas, timeout, deadline);
+    const acknowledged = await this.transport.wait(key, replicas, timeout, deadline, exactIntegers);
     if (acknowledged < replicas) throw new XcloakUnavailableError(new XcloakNotReplicatedError(replicas, acknowledged));
   }
 

@@ -5,10 +5,10 @@
 // node-redis writes a command once. When the socket closes, every written,
 // unanswered command is rejected (SocketClosedUnexpectedlyError) and never
 // written again; commands not yet written wait in its offline queue for the
-// reconnection. The limiter passes its deadline as the command's
-// `abortSignal`, which removes a command from that queue while it is still
-// unwritten, so nothing is written after the limiter answered. A cluster
-// follows only MOVED and ASK, where nothing ran.
+// reconnection. The limiter passes its deadline as the command's `timeout`,
+// which removes a command from that queue while it is still unwritten, so
+// nothing is written after the limiter answered. A cluster follows only MOVED
+// and ASK, where nothing ran.
 
 import { keySlot } from './slot.js';
 import type { CallDeadline, SendOptions, Transport } from './transport.js';
@@ -18,12 +18,10 @@ export function isNodeRedis(client: any): boolean {
   return typeof client?.sendCommand === 'function' && typeof client?.isCluster !== 'boolean' && ('isReady' in client || 'masters' in client);
 }
 
-// A ready connection writes what it queued at the next setImmediate, long
-// before any deadline; only a command queued while the connection is down
-// needs the AbortSignal (an AbortController costs more than the call itself).
-// The one gap: a socket that dies between the queueing and that write leaves
-// the command queued for the reconnection, so it may run after the limiter
-// answered (once: it was never written before).
+// The limiter's deadline goes with every command as node-redis' own
+// `timeout`, which removes a command from its offline queue while it is still
+// unwritten (node-redis already gives every command a 5 s one by default, so
+// this costs nothing more): nothing is written after the limiter answered.
 
 // Integers as their decimal text where the reply may hold one near 2^53:
 // node-redis decodes `number * 10 + byte - 48`, which rounds once the sum
@@ -31,7 +29,11 @@ export function isNodeRedis(client: any): boolean {
 // contract carries exactly) would come back one off. Only then: the text
 // costs more to decode.
 const EXACT_INTEGERS = { 58: String }; // RESP_TYPES.NUMBER (':')
-const EXACT_OPTIONS = { typeMapping: EXACT_INTEGERS };
+
+function commandOptions(deadline: CallDeadline, exact: boolean) {
+  const timeout = Math.max(1, Math.ceil(deadline.at - performance.now()));
+  return exact ? { timeout, typeMapping: EXACT_INTEGERS } : { timeout };
+}
 
 export class NodeRedisTransport implements Transport {
   readonly library = 'node-redis' as const;
@@ -47,18 +49,9 @@ export class NodeRedisTransport implements Transport {
   }
 
   send(argv: readonly string[], options: SendOptions): Promise<unknown> {
-    const exact = options.exactIntegers === true;
-    if (this.cluster) {
-      // A late PEEK changes nothing: only writes need the cancellation.
-      const ready = options.readonly || this.client.slots?.[keySlot(options.key)]?.master?.client?.isReady === true;
-      const commandOptions = ready ? (exact ? EXACT_OPTIONS : undefined) : this.cancellable(options.deadline, exact);
-      return this.client.sendCommand(options.key, options.readonly, argv, commandOptions);
-    }
-    return this.client.sendCommand(argv, this.client.isReady ? (exact ? EXACT_OPTIONS : undefined) : this.cancellable(options.deadline, exact));
-  }
-
-  private cancellable(deadline: CallDeadline, exact: boolean) {
-    return exact ? { abortSignal: deadline.signal, typeMapping: EXACT_INTEGERS } : { abortSignal: deadline.signal };
+    const sendOptions = commandOptions(options.deadline, options.exactIntegers === true);
+    if (this.cluster) return this.client.sendCommand(options.key, options.readonly, argv, sendOptions);
+    return this.client.sendCommand(argv, sendOptions);
   }
 
   async wait(key: string, replicas: number, timeoutMs: number, deadline: CallDeadline): Promise<number> {
@@ -67,6 +60,6 @@ export class NodeRedisTransport implements Transport {
     // Not cluster.sendCommand: node-redis fans WAIT out to every shard (its
     // command tips); it belongs on the connection of the key's primary.
     if (this.cluster) connection = await this.client.nodeClient(this.client.slots[keySlot(key)].master);
-    return Number(await connection.sendCommand(argv, this.cancellable(deadline, false)));
+    return Number(await connection.sendCommand(argv, commandOptions(deadline, false)));
   }
 }

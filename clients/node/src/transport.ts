@@ -5,6 +5,8 @@
 
 /** The deadline of one limiter call, shared by its sends. */
 export interface CallDeadline {
+  /** When it passes, on performance.now()'s clock. */
+  readonly at: number;
   /** An AbortSignal that aborts at the deadline (made on first use: it costs more than the call). */
   readonly signal: AbortSignal;
   /** Runs `cancel` at the deadline (at once if it passed): for what is still unwritten then. */
@@ -29,6 +31,6 @@ export interface Transport {
   nodeOf(key: string): string;
   /** Sends `argv` (name first, every argument a string); resolves with the reply, rejects with what the library threw. */
   send(argv: readonly string[], options: SendOptions): Promise<unknown>;
-  /** `WAIT replicas timeout` on the connection of `key`'s primary (the one the last write went on). */
-  wait(key: string, replicas: number, timeoutMs: number, deadline: CallDeadline): Promise<number>;
+  /** `WAIT replicas timeout` on the connection of `key`'s primary that the write went on (`exactIntegers` as for it). */
+  wait(key: string, replicas: number, timeoutMs: number, deadline: CallDeadline, exactIntegers?: boolean): Promise<number>;
 }

@@ -257,7 +257,7 @@ describe('durable mode: WAIT on the same connection after an admission', () => {
       await waitFor('the replica to link', async () => (await replica.info('replication')).master_link_status === 'up');
       const client = await connect(library, primary.port);
       try {
-        const durable = { replicas: 1, timeout: 150 };
+        const durable = { replicas: 1, timeout: 1000 }; // a loaded machine's replica may take 150 ms to acknowledge
         const raise = new Limiter(client, { durable });
         const ok = await raise.allow('k', 60000, 2);
         assert.equal(ok.via, 'command');

@@ -279,14 +279,19 @@ export class Monitor {
     return monitor;
   }
 
-  /** Waits until everything sent before now shows; returns the commands since the previous barrier, minus the admin's. */
+  /**
+   * Waits until everything sent before now shows; returns the commands since
+   * the previous barrier, minus the admin's and a new connection's handshake
+   * (HELLO, INFO, CLIENT SETINFO, SELECT).
+   */
   async barrier() {
     const token = `xcloak-barrier-${Math.random()}`;
     await this.server.admin.echo(token);
     await waitFor('the monitor barrier', () => this.lines.some((l) => l.args[0]?.toUpperCase() === 'ECHO' && l.args[1] === token), 10000);
     const end = this.lines.findIndex((l) => l.args[1] === token);
     const adminSource = this.lines[end].source;
-    const seen = this.lines.slice(0, end).filter((l) => l.source !== adminSource).map((l) => l.args);
+    const handshake = new Set(['HELLO', 'INFO', 'CLIENT', 'SELECT']);
+    const seen = this.lines.slice(0, end).filter((l) => l.source !== adminSource && !handshake.has(l.args[0]?.toUpperCase())).map((l) => l.args);
     this.lines = this.lines.slice(end + 1);
     return seen;
   }
