@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Limiter, SCRIPTS, XcloakError, XcloakTimeoutError, XcloakUnavailableError, XcloakNotReplicatedError } from 'xcloak';
-import { Proxy, Server, stopAll, waitFor } from './harness.mjs';
+import { Proxy, SERVER_MAJOR, Server, stopAll, waitFor } from './harness.mjs';
 import { LIBRARIES, close, connect, raw } from './clients.mjs';
 
 after(stopAll);
@@ -93,7 +93,7 @@ for (const library of LIBRARIES) {
         const d = await new Limiter(client, { errorPolicy: 'allow' }).allow('k', 60000, 3);
         assert.equal(d.via, 'error');
         assert.match(d.error.message, /^READONLY/);
-        await primary.admin.call('CONFIG', 'SET', 'busy-reply-threshold', '20');
+        await primary.admin.call('CONFIG', 'SET', SERVER_MAJOR >= 7 ? 'busy-reply-threshold' : 'lua-time-limit', '20');
         const spin = raw(busy, ['EVAL', 'local i = 0 while true do i = i + 1 end', '0']).catch(() => {});
         await sleep(100);
         const blocked = await new Limiter(onPrimary, { errorPolicy: 'deny', timeout: 2000 }).allow('k', 60000, 3);
