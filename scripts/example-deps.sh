@@ -2,8 +2,10 @@
 # Installs what the client examples under docs/examples/ need, when missing:
 #   python: python3 + venv (Debian packages), then redis-py from PyPI into
 #           docs/examples/python/.venv (pinned in requirements.txt)
-#   node:   nodejs + npm (Debian packages), then node-redis and ioredis from
-#           the npm registry into docs/examples/node/node_modules (package-lock.json)
+#   node:   nodejs + npm (Debian packages), the xcloak package built in
+#           clients/node (its scripts/prepare.sh: npm ci + build, when stale),
+#           then node-redis, ioredis and that package (a link) into
+#           docs/examples/node/node_modules (package-lock.json)
 #   go:     checks for Go 1.24+ (on PATH or in /usr/local/go; never Debian's
 #           golang-go, which is older); the example builds in module mode, with
 #           go-redis from the Go module proxy (docs/examples/go/go.sum) and the
@@ -55,12 +57,14 @@ node_deps() {
     local dir=$examples/node
     command -v node >/dev/null 2>&1 || apt_install nodejs
     command -v npm >/dev/null 2>&1 || apt_install npm
+    # The examples use the package from its folder (a file: link): build it.
+    clients/node/scripts/prepare.sh
     local want_stamp
     want_stamp=$(stamp_of "$dir/package-lock.json")
     if [ "$(cat "$dir/node_modules/.installed" 2>/dev/null)" = "$want_stamp" ]; then
         return
     fi
-    echo "example-deps: npm ci in $dir (node-redis from the npm registry)" >&2
+    echo "example-deps: npm ci in $dir (node-redis and ioredis from the npm registry, xcloak from clients/node)" >&2
     npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error >/dev/null
     echo "$want_stamp" >"$dir/node_modules/.installed"
 }

@@ -31,7 +31,7 @@ enum Lang {
     Python,
     /// node-redis (`node/ratelimit.js`).
     Node,
-    /// ioredis with `node/xcloak-ioredis.js` (`node/ratelimit-ioredis.js`).
+    /// ioredis with the xcloak package's routing helper (`node/ratelimit-ioredis.js`).
     Ioredis,
     Go,
 }
@@ -549,9 +549,9 @@ fn cluster_clients_reach_the_key_node_directly() {
     }
 }
 
-/// xcloak-ioredis.js reaches inside ioredis, so it refuses to install into a
-/// version it was not tested with, naming the version, rather than route
-/// wrongly at run time.
+/// The xcloak package's ioredis helper (`xcloak/ioredis`, clients/node)
+/// reaches inside ioredis, so it refuses to install into a version it was not
+/// tested with, naming the version, rather than route wrongly at run time.
 #[test]
 fn the_ioredis_helper_refuses_an_untested_version() {
     ensure_deps(Lang::Ioredis);
@@ -562,9 +562,8 @@ fn the_ioredis_helper_refuses_an_untested_version() {
         std::fs::write(folder.join("package.json"), format!(r#"{{"name":"{package}","version":"{version}","main":"index.js"}}"#)).unwrap();
         std::fs::write(folder.join("index.js"), "module.exports = {};").unwrap();
     }
-    let helper = repo().join("docs/examples/node/xcloak-ioredis.js");
-    let script = format!("require({:?}).install({:?})", helper.to_str().unwrap(), dir.to_str().unwrap());
-    let output = Command::new("node").args(["-e", &script]).output().expect("run node");
+    let script = format!("require('xcloak/ioredis').install({{ from: {:?} }})", dir.to_str().unwrap());
+    let output = Command::new("node").args(["-e", &script]).current_dir(repo().join("docs/examples/node")).output().expect("run node");
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "install() accepted ioredis 5.9.9:\n{stderr}");
