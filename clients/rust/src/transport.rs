@@ -104,8 +104,10 @@ mod cluster {
             ErrorKind::Server(kind @ (ServerErrorKind::Moved | ServerErrorKind::Ask)) => kind,
             _ => return None,
         };
-        let (host, port) = error.redirect_node()?;
-        Some((kind, host.to_string(), port))
+        // `MOVED <slot> <host>:<port>`: the address is the last colon's split (IPv6 hosts have colons).
+        let (addr, _slot) = error.redirect_node()?;
+        let (host, port) = addr.rsplit_once(':')?;
+        Some((kind, host.to_string(), port.parse().ok()?))
     }
 
     impl Transport for ClusterConnection {

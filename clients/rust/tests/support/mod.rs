@@ -149,8 +149,17 @@ impl Server {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// A client of this server that skips `CLIENT SETINFO` (Redis 7.0 answers
+    /// it with an ERR that would count in `errorstat_ERR`).
     pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).unwrap()
+        redis::Client::open(self.info_of()).unwrap()
+    }
+
+    pub fn info_of(&self) -> redis::ConnectionInfo {
+        use redis::IntoConnectionInfo;
+        let info = self.url().into_connection_info().unwrap();
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        info.set_redis_settings(settings)
     }
 
     fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
@@ -223,6 +232,12 @@ impl Server {
     /// `ZCARD key` (the sorted-set form).
     pub fn entries(&self, key: &str) -> u64 {
         redis::cmd("ZCARD").arg(key).query(&mut self.conn()).unwrap()
+    }
+
+    /// `ZCARD key` after `ASKING` (on a node importing the key's slot).
+    pub fn entries_asking(&self, key: &str) -> u64 {
+        let (n,): (u64,) = redis::pipe().cmd("ASKING").ignore().cmd("ZCARD").arg(key).query(&mut self.conn()).unwrap();
+        n
     }
 
     pub fn info(&self, section: &str) -> String {
@@ -338,6 +353,11 @@ impl Cluster {
         self.nodes.iter().map(Server::url).collect()
     }
 
+    /// Every node's connection info, without `CLIENT SETINFO`.
+    pub fn seeds(&self) -> Vec<redis::ConnectionInfo> {
+        self.nodes.iter().map(Server::info_of).collect()
+    }
+
     pub fn primaries(&self) -> Vec<&Server> {
         self.nodes.iter().filter(|n| n.info("replication").contains("role:master")).collect()
     }
@@ -385,4 +405,75 @@ fn serves(line: &str, slot: i64) -> bool {
         Some((a, b)) => a.parse::<i64>().is_ok_and(|a| a <= slot) && b.parse::<i64>().is_ok_and(|b| slot <= b),
         None => range.parse::<i64>() == Ok(slot),
     })
+}
+
+/// A TCP proxy in front of a server that can lose one reply: armed, the next
+/// connection to send an `XCLOAK.ALLOW` through it gets no reply to it, and
+/// is closed once the server has answered (so the call was applied). The
+/// fault a client must not answer by sending the call again.
+pub struct Proxy {
+    pub port: u16,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    pub async fn start(upstream: u16) -> Proxy {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = loop {
+            if let Ok(l) = tokio::net::TcpListener::bind(("127.0.0.1", free_port())).await {
+                break l;
+            }
+        };
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let arm = armed.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { continue };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                let lose = Arc::new(AtomicBool::new(false));
+                let (arm, lose_up) = (arm.clone(), lose.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    while let Ok(n @ 1..) = client_read.read(&mut buf).await {
+                        if buf[..n].windows(12).any(|w| w == b"XCLOAK.ALLOW") && arm.swap(false, Ordering::SeqCst) {
+                            lose_up.store(true, Ordering::SeqCst);
+                        }
+                        if server_write.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    while let Ok(n @ 1..) = server_read.read(&mut buf).await {
+                        if lose.load(Ordering::SeqCst) {
+                            // The server ran it; the client never hears. Close.
+                            let _ = client_write.shutdown().await;
+                            return;
+                        }
+                        if client_write.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Proxy { port, armed, task }
+    }
+
+    /// Loses the reply to the next `XCLOAK.ALLOW`, and its connection.
+    pub fn lose_next_allow_reply(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
