@@ -41,7 +41,7 @@ impl Pool {
         let left = |deadline: Instant| {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                Err(timeout_error(Duration::ZERO))
+                Err(timeout_error())
             } else {
                 Ok(left)
             }

@@ -75,7 +75,10 @@ impl Decision {
         if items.len() < 5 {
             return Err(bad());
         }
-        let fields: Vec<i64> = items[..5].iter().map(int).collect::<Option<_>>().ok_or_else(bad)?;
+        let mut fields = [0i64; 5];
+        for (field, item) in fields.iter_mut().zip(&items[..5]) {
+            *field = int(item).ok_or_else(bad)?;
+        }
         let mut rest = items[5..].iter();
         let mut next = rest.next();
         let mut tiers = Vec::new();

@@ -144,8 +144,8 @@ pub(crate) trait Io: Sync {
 }
 
 /// The timeout error the I/O layers return when the deadline passes first.
-pub(crate) fn timeout_error(timeout: Duration) -> RedisError {
-    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no reply within the limiter's timeout ({timeout:?})")))
+pub(crate) fn timeout_error() -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply within the limiter's timeout"))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -180,6 +180,26 @@ struct Exchange {
     via: Via,
     /// The reply of the pipelined `WAIT`, in durable mode.
     wait: Option<RedisResult<Value>>,
+}
+
+/// The replies of one exchange, in order, server errors as `Err`.
+enum Replies {
+    Values(std::vec::IntoIter<Value>),
+    Refused(Option<RedisError>),
+}
+
+impl Iterator for Replies {
+    type Item = RedisResult<Value>;
+
+    fn next(&mut self) -> Option<RedisResult<Value>> {
+        match self {
+            Replies::Values(values) => values.next().map(|value| match value {
+                Value::ServerError(error) => Err(error.into()),
+                value => Ok(value),
+            }),
+            Replies::Refused(error) => error.take().map(Err),
+        }
+    }
 }
 
 fn is_unknown_command(error: &RedisError) -> bool {
@@ -282,8 +302,8 @@ impl<I: Io> Engine<'_, I> {
         let key = format!("{}{key}", self.config.prefix);
         let mut del = redis::cmd("DEL");
         del.arg(&key);
-        let replies = self.send(&key, false, del, false, self.deadline(false)).await?;
-        match replies.into_iter().next() {
+        let mut replies = self.send(&key, false, del, false, self.deadline(false)).await?;
+        match replies.next() {
             Some(Ok(Value::Int(n))) => Ok(n > 0),
             Some(Err(error)) => Err(Error::from_redis(&error)),
             other => Err(Error::Client(format!("DEL answers a count, not {other:?}"))),
@@ -361,7 +381,7 @@ impl<I: Io> Engine<'_, I> {
             let mut cmd = redis::cmd(op.command());
             cmd.arg(key);
             args.write(&mut cmd)?;
-            let mut replies = self.send(key, read, cmd, wait, deadline).await?.into_iter();
+            let mut replies = self.send(key, read, cmd, wait, deadline).await?;
             match replies.next() {
                 Some(Ok(reply)) => {
                     if path == Path::Probe {
@@ -394,7 +414,7 @@ impl<I: Io> Engine<'_, I> {
             };
             cmd.arg(if by_text { script.code } else { script.sha.as_str() }).arg(1).arg(key);
             args.write(&mut cmd)?;
-            let mut replies = self.send(key, read, cmd, wait, deadline).await?.into_iter();
+            let mut replies = self.send(key, read, cmd, wait, deadline).await?;
             match replies.next() {
                 Some(Ok(reply)) => return Ok(Exchange { reply, via: Via::Script, wait: replies.next() }),
                 // Redis before 7.0 has no EVALSHA_RO: EVALSHA on that node from now on.
@@ -412,23 +432,19 @@ impl<I: Io> Engine<'_, I> {
     }
 
     /// Sends `cmd` (and `WAIT` in durable mode) once; one result per command.
-    async fn send(&self, key: &str, read: bool, cmd: Cmd, wait: bool, deadline: Instant) -> Result<Vec<RedisResult<Value>>, Error> {
-        let mut cmds = vec![cmd];
-        if let (true, Some(durable)) = (wait, self.config.durable) {
-            let mut wait = redis::cmd("WAIT");
-            wait.arg(durable.replicas).arg(u64::try_from(durable.timeout.as_millis()).unwrap_or(u64::MAX));
-            cmds.push(wait);
-        }
-        match self.io.send(key.as_bytes(), read, &cmds, deadline).await {
-            Ok(replies) => Ok(replies
-                .into_iter()
-                .map(|reply| match reply {
-                    Value::ServerError(error) => Err(error.into()),
-                    reply => Ok(reply),
-                })
-                .collect()),
+    async fn send(&self, key: &str, read: bool, cmd: Cmd, wait: bool, deadline: Instant) -> Result<Replies, Error> {
+        let result = match (wait, self.config.durable) {
+            (true, Some(durable)) => {
+                let mut wait = redis::cmd("WAIT");
+                wait.arg(durable.replicas).arg(u64::try_from(durable.timeout.as_millis()).unwrap_or(u64::MAX));
+                self.io.send(key.as_bytes(), read, &[cmd, wait], deadline).await
+            }
+            _ => self.io.send(key.as_bytes(), read, std::slice::from_ref(&cmd), deadline).await,
+        };
+        match result {
+            Ok(replies) => Ok(Replies::Values(replies.into_iter())),
             // A server's refusal of the one command (the replies are not separate).
-            Err(error) if error.code().is_some() => Ok(vec![Err(error)]),
+            Err(error) if error.code().is_some() => Ok(Replies::Refused(Some(error))),
             Err(error) => Err(Error::from_redis(&error)),
         }
     }

@@ -150,18 +150,16 @@ struct AsyncIo<'a, T>(&'a T);
 
 impl<T: Transport> Io for AsyncIo<'_, T> {
     async fn send(&self, key: &[u8], read: bool, cmds: &[Cmd], deadline: Instant) -> RedisResult<Vec<Value>> {
-        let timeout = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout_at(deadline.into(), self.0.send(key, read, cmds)).await {
             Ok(result) => result,
-            Err(_elapsed) => Err(timeout_error(timeout)),
+            Err(_elapsed) => Err(timeout_error()),
         }
     }
 
     async fn slot_map(&self, deadline: Instant) -> RedisResult<Option<Vec<SlotRange>>> {
-        let timeout = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout_at(deadline.into(), self.0.slot_map()).await {
             Ok(result) => result,
-            Err(_elapsed) => Err(timeout_error(timeout)),
+            Err(_elapsed) => Err(timeout_error()),
         }
     }
 
