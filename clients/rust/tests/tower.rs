@@ -224,3 +224,49 @@ async fn keys_from_a_header_and_from_behind_trusted_proxies() {
     assert_eq!(get_from(direct, "127.0.0.13", "/", &forwarded).await.status, 200);
     assert_eq!(redis.entries("rl:ip2:127.0.0.13"), 1);
 }
+
+/// The inner service of the hyper test: 200 "hello".
+#[derive(Clone)]
+struct Hello;
+
+impl tower::Service<http::Request<hyper::body::Incoming>> for Hello {
+    type Response = http::Response<http_body_util::Full<bytes::Bytes>>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<hyper::body::Incoming>) -> Self::Future {
+        std::future::ready(Ok(http::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(b"hello")))))
+    }
+}
+
+/// The same layer under plain hyper (no axum): the connection loop puts the
+/// peer's address where `PeerIp::new()` reads it, a `SocketAddr` extension.
+#[tokio::test]
+async fn the_layer_serves_plain_hyper() {
+    use tower::Layer;
+    let redis = Server::start();
+    let layer = RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new("hyper", Duration::from_secs(60), 1)]);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", support::free_port())).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = listener.accept().await.unwrap();
+            let service = layer.layer(Hello);
+            let with_peer = tower::ServiceBuilder::new().map_request(move |mut request: http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(peer);
+                request
+            });
+            let service = hyper_util::service::TowerToHyperService::new(with_peer.service(service));
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+        }
+    });
+    let r = get_from(addr, "127.0.0.14", "/", &[]).await;
+    assert_eq!((r.status, r.body.as_str(), r.headers["ratelimit"].as_str()), (200, "hello", r#""1-in-60s";r=0;t=60"#));
+    let r = get_from(addr, "127.0.0.14", "/", &[]).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(redis.entries("rl:hyper:127.0.0.14"), 1);
+}
