@@ -148,7 +148,7 @@ async fn layer_against_none(server: &support::Server) {
     let app = || Router::new().route("/", get(|| async { "ok" }));
     let bare = serve(app()).await;
     let limiter = Limiter::new(redis::aio::ConnectionManager::new(server.client()).await.unwrap());
-    let layer = RateLimitLayer::new(limiter, [HttpLimit::new("bench", Duration::from_secs(60), 1_000_000)])
+    let layer = RateLimitLayer::new(limiter, [HttpLimit::new(Duration::from_secs(60), 1_000_000).name("bench")])
         .key(xcloak_client::tower::PeerIp::from_extension(|c: &axum::extract::ConnectInfo<SocketAddr>| c.0));
     let limited = serve(app().layer(tower::ServiceBuilder::new().layer(axum::error_handling::HandleErrorLayer::new(|_: axum::BoxError| async { axum::http::StatusCode::INTERNAL_SERVER_ERROR })).layer(layer))).await;
     http_round(bare, 500).await;

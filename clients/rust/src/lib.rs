@@ -10,7 +10,7 @@
 //! use xcloak_client::{tower::{HttpLimit, PeerIp, RateLimitLayer}, Limiter};
 //!
 //! let limiter = Limiter::new(redis::Client::open("redis://127.0.0.1/")?.get_connection_manager().await?);
-//! let limit = RateLimitLayer::new(limiter, [HttpLimit::new("api", Duration::from_secs(60), 100)])
+//! let limit = RateLimitLayer::new(limiter, [HttpLimit::new(Duration::from_secs(60), 100)])
 //!     .key(PeerIp::from_extension(|c: &ConnectInfo<SocketAddr>| c.0));
 //! let app = Router::new().route("/", get(|| async { "hello" })).layer(tower::ServiceBuilder::new()
 //!     .layer(HandleErrorLayer::new(|e: BoxError| async move { (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()) }))

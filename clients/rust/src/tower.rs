@@ -58,10 +58,10 @@ pub struct HttpLimit {
 
 impl HttpLimit {
     /// At most `limit` requests per `window` per key, in the window at
-    /// `rl:<name>:<key>` (the default name is `http`).
-    pub fn new(name: impl Into<String>, window: Duration, limit: u64) -> HttpLimit {
+    /// `rl:http:<key>` (see [`HttpLimit::name`]).
+    pub fn new(window: Duration, limit: u64) -> HttpLimit {
         HttpLimit {
-            name: name.into(),
+            name: "http".to_string(),
             window,
             limit,
             tiers: Vec::new(),
@@ -70,6 +70,13 @@ impl HttpLimit {
             skip_successful: false,
             skip_failed: false,
         }
+    }
+
+    /// The limit's name: its windows live at `rl:<name>:<key>` (default `http`).
+    /// Two limits on one request need two names.
+    pub fn name(mut self, name: impl Into<String>) -> HttpLimit {
+        self.name = name.into();
+        self
     }
 
     /// Also at most `limit` per `window` (a tier on the same key).

@@ -79,7 +79,7 @@ async fn limiter(server: &Server) -> Limiter<redis::aio::ConnectionManager> {
 #[tokio::test]
 async fn a_limit_with_tiers_answers_429_with_the_contracts_headers() {
     let redis = Server::start();
-    let limit = HttpLimit::new("api", Duration::from_secs(60), 3).tier(Duration::from_secs(3600), 5);
+    let limit = HttpLimit::new(Duration::from_secs(60), 3).name("api").tier(Duration::from_secs(3600), 5);
     let app = serve(RateLimitLayer::new(limiter(&redis).await, [limit]).key(peer())).await;
     for remaining in [2, 1, 0] {
         let r = get_from(app, "127.0.0.2", "/", &[]).await;
@@ -102,8 +102,8 @@ async fn a_limit_with_tiers_answers_429_with_the_contracts_headers() {
 async fn several_limits_are_all_or_nothing() {
     let redis = Server::start();
     let limits = [
-        HttpLimit::new("minute", Duration::from_secs(60), 10).names(["per-minute"]),
-        HttpLimit::new("burst", Duration::from_secs(60), 2).names(["burst"]),
+        HttpLimit::new(Duration::from_secs(60), 10).name("minute").names(["per-minute"]),
+        HttpLimit::new(Duration::from_secs(60), 2).name("burst").names(["burst"]),
     ];
     let app = serve(RateLimitLayer::new(limiter(&redis).await, limits).key(peer()).style(Style::Both)).await;
     for _ in 0..2 {
@@ -123,7 +123,7 @@ async fn several_limits_are_all_or_nothing() {
 #[tokio::test]
 async fn skip_successful_counts_only_failures_by_a_refund_after_the_response() {
     let redis = Server::start();
-    let login = HttpLimit::new("login", Duration::from_secs(60), 3).skip_successful();
+    let login = HttpLimit::new(Duration::from_secs(60), 3).name("login").skip_successful();
     let app = serve(RateLimitLayer::new(limiter(&redis).await, [login]).key(peer())).await;
     for _ in 0..5 {
         let r = get_from(app, "127.0.0.5", "/", &[]).await;
@@ -143,7 +143,7 @@ async fn skip_successful_counts_only_failures_by_a_refund_after_the_response() {
 #[tokio::test]
 async fn skip_failed_refunds_the_failures() {
     let redis = Server::start();
-    let api = HttpLimit::new("api", Duration::from_secs(60), 2).skip_failed();
+    let api = HttpLimit::new(Duration::from_secs(60), 2).name("api").skip_failed();
     let app = serve(RateLimitLayer::new(limiter(&redis).await, [api]).key(peer())).await;
     for _ in 0..4 {
         assert_eq!(get_from(app, "127.0.0.6", "/fail", &[]).await.status, 401);
@@ -157,7 +157,7 @@ async fn skip_failed_refunds_the_failures() {
 #[tokio::test]
 async fn a_request_larger_than_the_limit_gets_429_without_retry_after() {
     let redis = Server::start();
-    let heavy = HttpLimit::new("heavy", Duration::from_secs(60), 3).cost(5);
+    let heavy = HttpLimit::new(Duration::from_secs(60), 3).name("heavy").cost(5);
     let app = serve(RateLimitLayer::new(limiter(&redis).await, [heavy]).key(peer())).await;
     let r = get_from(app, "127.0.0.7", "/", &[]).await;
     assert_eq!(r.status, 429);
@@ -169,7 +169,7 @@ async fn a_request_larger_than_the_limit_gets_429_without_retry_after() {
 async fn the_error_policy_answers_a_paused_and_a_stopped_server() {
     let mut redis = Server::start();
     let raise = Limiter::builder(redis::aio::ConnectionManager::new(redis.client()).await.unwrap()).timeout(Duration::from_millis(200)).build();
-    let limit = || [HttpLimit::new("api", Duration::from_secs(60), 100)];
+    let limit = || [HttpLimit::new(Duration::from_secs(60), 100).name("api")];
     let raising = serve(RateLimitLayer::new(raise.clone(), limit()).key(peer())).await;
     let open = serve(RateLimitLayer::new(raise.with_policy(Policy::Allow), limit()).key(peer())).await;
     let closed = serve(RateLimitLayer::new(raise.with_policy(Policy::Deny), limit()).key(peer())).await;
@@ -198,7 +198,7 @@ async fn the_error_policy_answers_a_paused_and_a_stopped_server() {
 async fn a_bad_limit_is_raised_whatever_the_policy() {
     let redis = Server::start();
     let open = limiter(&redis).await.with_policy(Policy::Allow);
-    let app = serve(RateLimitLayer::new(open, [HttpLimit::new("api", Duration::from_secs(60), 2_000_000)]).key(peer())).await;
+    let app = serve(RateLimitLayer::new(open, [HttpLimit::new(Duration::from_secs(60), 2_000_000).name("api")]).key(peer())).await;
     let r = get_from(app, "127.0.0.9", "/", &[]).await;
     assert_eq!((r.status, r.body.as_str()), (500, "raised: ERR limit must be an integer from 0 to 1000000"));
 }
@@ -206,7 +206,7 @@ async fn a_bad_limit_is_raised_whatever_the_policy() {
 #[tokio::test]
 async fn keys_from_a_header_and_from_behind_trusted_proxies() {
     let redis = Server::start();
-    let by_header = serve(RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new("key", Duration::from_secs(60), 5)]).key(HeaderKey::new("x-api-key"))).await;
+    let by_header = serve(RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new(Duration::from_secs(60), 5).name("key")]).key(HeaderKey::new("x-api-key"))).await;
     assert_eq!(get_from(by_header, "127.0.0.10", "/", &[("x-api-key", "k-1")]).await.status, 200);
     assert_eq!(get_from(by_header, "127.0.0.11", "/", &[("x-api-key", "k-1")]).await.status, 200);
     assert_eq!(redis.entries("rl:key:k-1"), 2, "one key across addresses");
@@ -215,12 +215,12 @@ async fn keys_from_a_header_and_from_behind_trusted_proxies() {
     assert!(r.body.contains("no x-api-key header"), "{}", r.body);
 
     let proxied = peer().trust_proxies(["127.0.0.0/8"]).unwrap();
-    let behind = serve(RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new("ip", Duration::from_secs(60), 5)]).key(proxied)).await;
+    let behind = serve(RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new(Duration::from_secs(60), 5).name("ip")]).key(proxied)).await;
     let forwarded = [("x-forwarded-for", "198.51.100.1, 203.0.113.5")];
     assert_eq!(get_from(behind, "127.0.0.12", "/", &forwarded).await.status, 200);
     assert_eq!(redis.entries("rl:ip:203.0.113.5"), 1, "the rightmost untrusted address");
     // Not behind the trusted proxy list: the header is ignored.
-    let direct = serve(RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new("ip2", Duration::from_secs(60), 5)]).key(peer())).await;
+    let direct = serve(RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new(Duration::from_secs(60), 5).name("ip2")]).key(peer())).await;
     assert_eq!(get_from(direct, "127.0.0.13", "/", &forwarded).await.status, 200);
     assert_eq!(redis.entries("rl:ip2:127.0.0.13"), 1);
 }
@@ -249,7 +249,7 @@ impl tower::Service<http::Request<hyper::body::Incoming>> for Hello {
 async fn the_layer_serves_plain_hyper() {
     use tower::Layer;
     let redis = Server::start();
-    let layer = RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new("hyper", Duration::from_secs(60), 1)]);
+    let layer = RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new(Duration::from_secs(60), 1)]);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", support::free_port())).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -268,5 +268,5 @@ async fn the_layer_serves_plain_hyper() {
     assert_eq!((r.status, r.body.as_str(), r.headers["ratelimit"].as_str()), (200, "hello", r#""1-in-60s";r=0;t=60"#));
     let r = get_from(addr, "127.0.0.14", "/", &[]).await;
     assert_eq!(r.status, 429);
-    assert_eq!(redis.entries("rl:hyper:127.0.0.14"), 1);
+    assert_eq!(redis.entries("rl:http:127.0.0.14"), 1);
 }
