@@ -40,7 +40,7 @@ pub fn ceil_seconds(duration: Duration) -> u64 {
 /// number of seconds, else `<limit>-in-<ms>ms` (`"5-in-60s"`, `"3-in-1500ms"`).
 pub fn policy_name(limit: u64, window: Duration) -> String {
     let ms = window.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{limit}-in-{}s", ms / 1000)
     } else {
         format!("{limit}-in-{ms}ms")

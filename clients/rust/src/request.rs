@@ -172,7 +172,7 @@ impl Op {
 /// the same in every language and through the fallback. A duration beyond
 /// u64 milliseconds is sent as u64::MAX, which the server refuses by name.
 pub(crate) fn whole_ms(name: &str, duration: Duration) -> Result<u64, Error> {
-    if duration.subsec_nanos() % 1_000_000 != 0 {
+    if !duration.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(Error::Argument {
             name: name.to_string(),
             message: format!("{name} must be a whole number of milliseconds, not {duration:?}"),
