@@ -19,7 +19,9 @@
 //! `tests/faults.rs` and `tests/cluster.rs` count the server's calls behind a
 //! paused server to prove it.
 
-use redis::{Cmd, RedisFuture, Value};
+use std::future::Future;
+
+use redis::{Cmd, RedisResult, Value};
 
 /// A slot range of a cluster and the address of its primary (`CLUSTER SLOTS`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,12 +37,12 @@ pub trait Transport: Send + Sync + 'static {
     /// Sends `cmds` in one pipeline to the node serving `key` (with `read`, a
     /// replica may answer), once, and returns one reply per command. A server
     /// error may come back as a `Value::ServerError` reply or as the `Err`.
-    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> RedisFuture<'a, Vec<Value>>;
+    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a;
 
     /// A cluster's slot map, for the fallback's per-node choice; `None` (the
     /// default) for a single server.
-    fn slot_map(&self) -> RedisFuture<'_, Option<Vec<SlotRange>>> {
-        Box::pin(async { Ok(None) })
+    fn slot_map(&self) -> impl Future<Output = RedisResult<Option<Vec<SlotRange>>>> + Send + '_ {
+        async { Ok(None) }
     }
 }
 
@@ -63,21 +65,21 @@ impl<C> Transport for Standalone<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    fn send<'a>(&'a self, _key: &'a [u8], _read: bool, cmds: &'a [Cmd]) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(send_standalone(self.0.clone(), cmds))
+    fn send<'a>(&'a self, _key: &'a [u8], _read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
+        send_standalone(self.0.clone(), cmds)
     }
 }
 
 impl Transport for redis::aio::MultiplexedConnection {
-    fn send<'a>(&'a self, _key: &'a [u8], _read: bool, cmds: &'a [Cmd]) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(send_standalone(self.clone(), cmds))
+    fn send<'a>(&'a self, _key: &'a [u8], _read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
+        send_standalone(self.clone(), cmds)
     }
 }
 
 #[cfg(feature = "connection-manager")]
 impl Transport for redis::aio::ConnectionManager {
-    fn send<'a>(&'a self, _key: &'a [u8], _read: bool, cmds: &'a [Cmd]) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(send_standalone(self.clone(), cmds))
+    fn send<'a>(&'a self, _key: &'a [u8], _read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
+        send_standalone(self.clone(), cmds)
     }
 }
 
@@ -86,7 +88,7 @@ mod cluster {
     use super::*;
     use redis::cluster_async::ClusterConnection;
     use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-    use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
 
     /// Redirections followed for one call: a slot that moves twice during one
     /// call is an outage for that call.
@@ -111,9 +113,9 @@ mod cluster {
     }
 
     impl Transport for ClusterConnection {
-        fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> RedisFuture<'a, Vec<Value>> {
+        fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
             let mut conn = self.clone();
-            Box::pin(async move {
+            async move {
                 let slot_addr = if read { SlotAddr::ReplicaRequired } else { SlotAddr::Master };
                 let mut route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, slot_addr));
                 let mut asking = false;
@@ -137,12 +139,12 @@ mod cluster {
                     route = SingleNodeRoutingInfo::ByAddress { host, port };
                 }
                 Err(RedisError::from((ErrorKind::Server(ServerErrorKind::TryAgain), "redirected more than 3 times")))
-            })
+            }
         }
 
-        fn slot_map(&self) -> RedisFuture<'_, Option<Vec<SlotRange>>> {
+        fn slot_map(&self) -> impl Future<Output = RedisResult<Option<Vec<SlotRange>>>> + Send + '_ {
             let mut conn = self.clone();
-            Box::pin(async move {
+            async move {
                 let slots = conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random)).await?;
                 let bad = || RedisError::from((ErrorKind::UnexpectedReturnType, "CLUSTER SLOTS: unexpected reply"));
                 let Value::Array(ranges) = slots.extract_error()? else { return Err(bad()) };
@@ -165,7 +167,7 @@ mod cluster {
                     map.push(SlotRange { start, end, node: format!("{host}:{port}") });
                 }
                 Ok(Some(map))
-            })
+            }
         }
     }
 }

@@ -10,7 +10,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::{Cmd, RedisFuture, Value};
+use redis::{Cmd, Value};
 use support::Server;
 use xcloak_client::{Error, Fallback, Limiter, Policy, Request, Transport, Via};
 
@@ -21,7 +21,7 @@ struct Recording {
 }
 
 impl Transport for Recording {
-    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> RedisFuture<'a, Vec<Value>> {
+    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl std::future::Future<Output = redis::RedisResult<Vec<Value>>> + Send + 'a {
         for cmd in cmds {
             let name = cmd.args_iter().next().map(|a| match a {
                 redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::{Cmd, RedisFuture, Value};
+use redis::{Cmd, Value};
 use serde_json::Value as Json;
 use support::Server;
 use xcloak_client::{acquire_step, blocking, AcquireStep, Clock, Decision, Error, Fallback, Limiter, MultiDecision, Request, Style, TierState, Transport, Via};
@@ -286,7 +286,7 @@ struct Recording {
 }
 
 impl Transport for Recording {
-    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> RedisFuture<'a, Vec<Value>> {
+    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl std::future::Future<Output = redis::RedisResult<Vec<Value>>> + Send + 'a {
         self.log.lock().unwrap().extend(cmds.iter().map(args));
         self.conn.send(key, read, cmds)
     }
