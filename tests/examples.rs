@@ -92,20 +92,22 @@ fn ensure_go_binary() -> PathBuf {
     GO.get_or_init(go_example).clone()
 }
 
-/// Builds the Rust example (`[[example]] ratelimit` in Cargo.toml) with the
-/// cargo running this test, and returns its binary.
+/// Builds the Rust example, a user of the `xcloak-client` crate
+/// (`[[example]] ratelimit` of clients/rust/Cargo.toml), with the cargo
+/// running this test, and returns its binary. `--all-features` is the
+/// feature set clients/rust/test.sh builds, so the two share every artifact.
 fn rust_example() -> PathBuf {
     // Same profile directory as this test binary: target/<profile>/deps/examples-*
     // (`cargo test --release` runs it from target/release).
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(Path::parent).unwrap();
     let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "--quiet", "--example", "ratelimit", "--message-format=short"]);
+    build.args(["build", "--quiet", "-p", "xcloak-client", "--all-features", "--example", "ratelimit", "--message-format=short"]);
     if profile_dir.ends_with("release") {
         build.arg("--release");
     }
     let output = build.current_dir(repo()).output().expect("run cargo");
-    assert!(output.status.success(), "cargo build --example ratelimit:\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "cargo build -p xcloak-client --example ratelimit:\n{}", String::from_utf8_lossy(&output.stderr));
     let binary = profile_dir.join("examples/ratelimit");
     assert!(binary.exists(), "{} not built", binary.display());
     binary
@@ -390,7 +392,7 @@ const ACL_PASSWORD: &str = "secret";
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum ReplicaReads {
     /// Every PEEK on a replica (ioredis `scaleReads: 'slave'`, redis-py
-    /// `target_nodes`, go-redis `ReadOnly`, redis-rs `route_command`).
+    /// `target_nodes`, go-redis `ReadOnly`, xcloak-client `read_from_replicas`).
     Only,
     /// node-redis `useReplicas`: the primary and its replicas in turn.
     Shared,
