@@ -45,6 +45,10 @@ func WithTiers(tiers ...Tier) CallOption {
 // Refund takes.
 func WithStamp() CallOption { return func(c *call) { c.stamp = true } }
 
+// WithOldest asks a Peek for the oldest entry live in the binding tier's
+// window (OLDEST; Result.Oldest): where a moving window starts.
+func WithOldest() CallOption { return func(c *call) { c.oldest = true } }
+
 // WithNow sends NOW ms (unix milliseconds): the decision is taken at that
 // instant instead of the server's clock. For replays and tests; production
 // wants the server's clock. A Limiter with a Clock sends its time.
@@ -56,7 +60,8 @@ type tierArg struct {
 }
 
 // call is one XCLOAK call's arguments, in the canonical order of
-// docs/clients.md: key window limit [TIER w l]... [COST c] [NOW t] DETAILS [STAMP].
+// docs/clients.md: key window limit [TIER w l]... [COST c] [NOW t], then
+// DETAILS [STAMP] (ALLOW) or [OLDEST] (PEEK).
 // Windows are in milliseconds (the server's unit, up to 2^53-1, beyond
 // Duration's range); err is a window that was not a whole number of them.
 type call struct {
@@ -69,6 +74,7 @@ type call struct {
 	now      int64
 	hasNow   bool
 	stamp    bool
+	oldest   bool
 	err      error
 }
 
@@ -88,7 +94,7 @@ const argsAfterKey = 4
 
 // args are the arguments after the key, for the command and its script
 // alike, behind argsAfterKey empty slots; details adds DETAILS [STAMP]
-// (ALLOW; PEEK takes neither).
+// (ALLOW), else OLDEST when asked (PEEK).
 func (c *call) args(details bool) []interface{} {
 	a := make([]interface{}, argsAfterKey, argsAfterKey+8+3*len(c.tiers))
 	a = append(a, c.windowMs, int64(c.limit))
@@ -106,6 +112,8 @@ func (c *call) args(details bool) []interface{} {
 		if c.stamp {
 			a = append(a, "STAMP")
 		}
+	} else if c.oldest {
+		a = append(a, "OLDEST")
 	}
 	return a
 }

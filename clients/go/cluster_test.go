@@ -131,7 +131,7 @@ func TestClusterGoesStraightToTheKeysNode(t *testing.T) {
 		}
 	}
 
-	// Durable: WAIT 1 on the key's node, pipelined after the call.
+	// Durable: WAIT 1 on the key's node, after the admission's reply.
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()[:1]})
 	defer rdb.Close()
 	l := NewLimiter(rdb, Options{Durable: &Durable{Replicas: 1, Timeout: 2 * time.Second}, Prefix: "rl:durable:"})

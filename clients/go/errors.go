@@ -94,7 +94,9 @@ var unavailablePrefixes = []string{
 
 // classify sorts the error of a call: a refusal (*Error, returned as is), or
 // an outage (an *UnavailableError, which the policy answers). A context the
-// caller cancelled is returned as it is: nobody waits for a decision.
+// caller cancelled is returned as it is, whatever failed under it (a client
+// that applies context deadlines to its sockets reads on to the Limiter's
+// timeout): it is no outage, and nobody waits for a decision.
 func classify(ctx context.Context, err error) error {
 	var unavailable *UnavailableError
 	if errors.As(err, &unavailable) {
@@ -112,7 +114,7 @@ func classify(ctx context.Context, err error) error {
 	if errors.As(err, &own) {
 		return own
 	}
-	if errors.Is(err, context.Canceled) && ctx.Err() == context.Canceled {
+	if errors.Is(ctx.Err(), context.Canceled) {
 		return ctx.Err()
 	}
 	return &UnavailableError{Cause: err}

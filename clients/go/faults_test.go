@@ -3,6 +3,7 @@ package xcloak
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -289,8 +290,56 @@ func TestOutagesGoToThePolicyArgumentErrorsNever(t *testing.T) {
 	for policy, l := range limiters {
 		r, err := l.Allow(ctx, "down", time.Minute, 10)
 		checkPolicy(t, "stopped server", policy, r, err)
+		// Refund and Reset make no decision: the outage is returned whatever the policy.
 		if _, err := l.Refund(ctx, "down", 1); !errors.Is(err, ErrUnavailable) {
 			t.Errorf("%s: a refund on a stopped server returned %v", policy, err)
+		}
+		if _, err := l.Reset(ctx, "down"); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("%s: a reset on a stopped server returned %v", policy, err)
+		}
+	}
+}
+
+// A caller's cancellation while its call is in flight (the server paused) is
+// returned as context.Canceled under every policy, never answered by the
+// policy: for Allow, Refund and Reset, with go-redis's default client (the
+// Limiter's goroutine answers at the cancellation) and with
+// ContextTimeoutEnabled (go-redis reads on to the Limiter's timeout and
+// fails with an i/o timeout). Catches that i/o timeout sent to the policy
+// (a cancelled request failed open under PolicyAllow).
+func TestCancellationIsNotAnOutage(t *testing.T) {
+	server := testserver.Start(t, testserver.Config{})
+	ctx := context.Background()
+	for _, honoring := range []bool{false, true} {
+		rdb := redis.NewClient(&redis.Options{Addr: server.Addr(), ContextTimeoutEnabled: honoring})
+		defer rdb.Close()
+		for _, policy := range []ErrorPolicy{PolicyRaise, PolicyAllow, PolicyDeny} {
+			where := fmt.Sprintf("%s (ContextTimeoutEnabled %v)", policy, honoring)
+			l := NewLimiter(rdb, Options{ErrorPolicy: policy, Timeout: 300 * time.Millisecond})
+			calls := map[string]func(context.Context) (Result, error){
+				"Allow": func(ctx context.Context) (Result, error) { return l.Allow(ctx, "cancel", time.Minute, 3) },
+				"Refund": func(ctx context.Context) (Result, error) {
+					_, err := l.Refund(ctx, "cancel", 1)
+					return Result{}, err
+				},
+				"Reset": func(ctx context.Context) (Result, error) {
+					_, err := l.Reset(ctx, "cancel")
+					return Result{}, err
+				},
+			}
+			for name, call := range calls {
+				if err := rdb.Ping(ctx).Err(); err != nil {
+					t.Fatal(err) // a set-up connection in the pool: the call is written
+				}
+				server.Pause()
+				cancelled, cancel := context.WithCancel(ctx)
+				time.AfterFunc(50*time.Millisecond, cancel)
+				r, err := call(cancelled)
+				server.Resume()
+				if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) || r.Via == ViaError {
+					t.Errorf("%s: %s cancelled in flight returned %+v, %v; want context.Canceled", where, name, r, err)
+				}
+			}
 		}
 	}
 }

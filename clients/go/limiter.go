@@ -27,10 +27,12 @@ const (
 )
 
 // Durable makes an admission count only once Replicas replicas hold it:
-// WAIT Replicas Timeout is pipelined right after each admitting Allow (and
-// each Refund), on the same connection. Fewer acknowledgements send the
-// admission to the error policy with the cause ErrNotReplicated; under
-// PolicyDeny it is also refunded (best effort).
+// WAIT Replicas Timeout is sent after the reply of each admitting Allow (and
+// of each Refund), on the connection that carried it; a rejection sends
+// none. An Allow then always carries STAMP (Result.Stamp shows it only when
+// asked). Fewer acknowledgements send the admission to the error policy
+// with the cause ErrNotReplicated; under PolicyDeny it is also refunded
+// (best effort). Options.Timeout bounds the call and its WAIT together.
 type Durable struct {
 	Replicas int
 	Timeout  time.Duration
@@ -124,13 +126,17 @@ func NewLimiter(rdb redis.UniversalClient, opt Options) *Limiter {
 //	if !res.Allowed { ... }      // 429, Retry-After: res.RetryAfter
 func (l *Limiter) Allow(ctx context.Context, key string, window time.Duration, limit int, opts ...CallOption) (Result, error) {
 	c := l.newCall(key, window, limit, opts)
+	if c.oldest {
+		return Result{}, &Error{Message: "xcloak: Allow takes no oldest (WithOldest is Peek's)"}
+	}
 	return l.allow(ctx, c, true)
 }
 
 // Peek answers what Allow would decide now and records nothing. Where the
 // client reads from replicas (ClusterClient with ReadOnly, RouteByLatency
 // or RouteRandomly; NewFailoverClusterClient with ReplicaOnly...), a replica
-// answers it. Options: WithCost, WithTiers, WithNow.
+// answers it. Options: WithCost, WithTiers, WithNow, WithOldest (then
+// Result.Oldest is where the binding tier's moving window starts).
 func (l *Limiter) Peek(ctx context.Context, key string, window time.Duration, limit int, opts ...CallOption) (Result, error) {
 	c := l.newCall(key, window, limit, opts)
 	if c.stamp {
@@ -147,7 +153,7 @@ func (l *Limiter) peek(ctx context.Context, c *call) (Result, error) {
 	if err != nil {
 		return l.policy(ctx, err, c.limit, c.windowMs)
 	}
-	r, err := parseResult(out.reply, c.windowMs, len(c.tiers) > 0, false)
+	r, err := parseResult(out.reply, c.windowMs, len(c.tiers) > 0, false, c.oldest)
 	r.Via = out.via
 	return r, err
 }
@@ -159,24 +165,25 @@ func (l *Limiter) peek(ctx context.Context, c *call) (Result, error) {
 // window stays conservative.
 func (l *Limiter) Refund(ctx context.Context, key string, stamp int64, opts ...CallOption) (int, error) {
 	c := l.newCall(key, 0, 0, opts)
-	return l.refund(ctx, c.key, stamp, c.cost, c.hasCost)
+	return l.refund(ctx, c.key, stamp, c.cost, c.hasCost, true)
 }
 
 // refundBestEffort refunds an admission the caller won't keep, within the
 // Limiter's timeout even when ctx is done; a failure leaves the admission
-// (conservative).
+// (conservative). It sends no durable WAIT: its outcome changes nothing.
 func (l *Limiter) refundBestEffort(ctx context.Context, key string, stamp int64, cost int, hasCost bool) {
-	_, _ = l.refund(context.WithoutCancel(ctx), key, stamp, cost, hasCost)
+	_, _ = l.refund(context.WithoutCancel(ctx), key, stamp, cost, hasCost, false)
 }
 
 // refund sends XCLOAK.REFUND key stamp [COST cost]; key has its prefix.
-func (l *Limiter) refund(ctx context.Context, key string, stamp int64, cost int, hasCost bool) (int, error) {
+// wait: in durable mode, WAIT after it.
+func (l *Limiter) refund(ctx context.Context, key string, stamp int64, cost int, hasCost, wait bool) (int, error) {
 	args := make([]interface{}, argsAfterKey, argsAfterKey+3)
 	args = append(args, stamp)
 	if hasCost && cost != 1 {
 		args = append(args, "COST", int64(cost))
 	}
-	out, err := l.exec(ctx, key, opRefund, args, true)
+	out, err := l.exec(ctx, key, opRefund, args, wait)
 	if err != nil {
 		return 0, classify(ctx, err)
 	}
@@ -218,8 +225,9 @@ func (l *Limiter) allow(ctx context.Context, c *call, withPolicy bool) (Result, 
 	}
 	windowMs := c.windowMs
 	durable := l.opt.Durable != nil
+	asked := c.stamp
 	if durable {
-		c.stamp = true // a refund under PolicyDeny needs it
+		c.stamp = true // always in durable mode: a refund under PolicyDeny needs it
 	}
 	out, err := l.exec(ctx, c.key, opAllow, c.args(true), true)
 	if err != nil {
@@ -228,7 +236,7 @@ func (l *Limiter) allow(ctx context.Context, c *call, withPolicy bool) (Result, 
 		}
 		return l.policy(ctx, err, c.limit, windowMs)
 	}
-	r, err := parseResult(out.reply, windowMs, len(c.tiers) > 0, c.stamp)
+	r, err := parseResult(out.reply, windowMs, len(c.tiers) > 0, c.stamp, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -244,6 +252,9 @@ func (l *Limiter) allow(ctx context.Context, c *call, withPolicy bool) (Result, 
 			return r, notReplicated
 		}
 		return l.policy(ctx, notReplicated, c.limit, windowMs)
+	}
+	if !asked {
+		r.Stamp = -1 // sent for the refund above; shown only when asked
 	}
 	return r, nil
 }

@@ -37,7 +37,11 @@ func (m MultiResult) RetryAfter() time.Duration {
 // between an admission and its refund the earlier key holds one admission
 // more than it will, for one round trip (conservative). An outage at request
 // j refunds 0..j-1 (best effort), then applies the error policy once for the
-// whole call. Options: WithNow.
+// whole call: PolicyRaise returns the *UnavailableError; PolicyAllow and
+// PolicyDeny return the Results received before the outage followed by the
+// policy's Result for request j (its tier 0, Via ViaError), which is the
+// Binding one, with Allowed by the policy and Rejected j under PolicyDeny
+// (-1 under PolicyAllow). Options: WithNow.
 func (l *Limiter) AllowAll(ctx context.Context, requests []Request, opts ...CallOption) (MultiResult, error) {
 	m := MultiResult{Rejected: -1, Results: make([]Result, 0, len(requests))}
 	undo := func() {
@@ -55,11 +59,10 @@ func (l *Limiter) AllowAll(ctx context.Context, requests []Request, opts ...Call
 		}
 		r, err := l.allow(ctx, call, false)
 		if err != nil {
-			var unavailable *UnavailableError
-			if errors.As(err, &unavailable) && r.Allowed {
-				m.Results = append(m.Results, r) // admitted, not replicated: undone below
-			}
+			// An outage at j (request j's own admission, if it was one that was
+			// not replicated, is refunded by allow under PolicyDeny).
 			undo()
+			var unavailable *UnavailableError
 			if !errors.As(err, &unavailable) {
 				return MultiResult{}, err
 			}
@@ -67,8 +70,13 @@ func (l *Limiter) AllowAll(ctx context.Context, requests []Request, opts ...Call
 			if err != nil {
 				return MultiResult{}, err
 			}
-			m.Results = append(m.Results[:j:j], res)
+			// The Results received, then the policy's for request j (its tier
+			// 0), which binds; under PolicyDeny, j is the rejected one.
+			m.Results = append(m.Results, res)
 			m.Allowed, m.Binding = res.Allowed, j
+			if !res.Allowed {
+				m.Rejected = j
+			}
 			return m, nil
 		}
 		m.Results = append(m.Results, r)

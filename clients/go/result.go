@@ -47,6 +47,10 @@ type Result struct {
 	// asked for one (WithStamp, AllowAll, skip-successful middleware); -1
 	// when rejected or not asked.
 	Stamp int64
+	// Oldest is, for a Peek WithOldest, the stamp (unix ms) of the oldest
+	// entry live in the binding tier's window: where a moving window starts.
+	// -1 when that window is empty or not asked (HasOldest).
+	Oldest int64
 	// Via says who decided.
 	Via Via
 	// Err is the outage or timeout the error policy answered (Via == ViaError).
@@ -74,6 +78,9 @@ type TierResult struct {
 
 // HasStamp reports whether the Result carries an admission's stamp.
 func (r Result) HasStamp() bool { return r.Stamp >= 0 }
+
+// HasOldest reports whether the Result carries the oldest live entry's stamp.
+func (r Result) HasOldest() bool { return r.Oldest >= 0 }
 
 // maxDurationMs is the largest whole number of milliseconds a Duration holds.
 const maxDurationMs = math.MaxInt64 / int64(time.Millisecond)
@@ -141,17 +148,19 @@ func (t TierResult) msReset() int64 {
 }
 
 // parseResult reads a reply of XCLOAK.ALLOW ... DETAILS [STAMP] or
-// XCLOAK.PEEK (or of their scripts): [allowed, limit, remaining,
-// retry_after_ms, reset_after_ms], then with tiers one [window, limit,
-// remaining, retry_after_ms, reset_after_ms] per tier, then with STAMP the
-// stamp (-1 on a rejection). windowMs is the positional window asked.
-func parseResult(reply interface{}, windowMs int64, withTiers, withStamp bool) (Result, error) {
+// XCLOAK.PEEK ... [OLDEST] (or of their scripts): [allowed, limit,
+// remaining, retry_after_ms, reset_after_ms], then with tiers one [window,
+// limit, remaining, retry_after_ms, reset_after_ms] per tier, then with STAMP
+// the stamp (-1 on a rejection), with OLDEST the oldest live entry of the
+// binding tier's window (-1 when empty). windowMs is the positional window
+// asked.
+func parseResult(reply interface{}, windowMs int64, withTiers, withStamp, withOldest bool) (Result, error) {
 	fields, ok := reply.([]interface{})
 	want := 5
 	if withTiers {
 		want++
 	}
-	if withStamp {
+	if withStamp || withOldest {
 		want++
 	}
 	if !ok || len(fields) != want {
@@ -174,6 +183,7 @@ func parseResult(reply interface{}, windowMs int64, withTiers, withStamp bool) (
 		CostExceedsLimit: head[3] < 0,
 		Window:           duration(windowMs),
 		Stamp:            -1,
+		Oldest:           -1,
 		exact:            true,
 		windowMs:         windowMs,
 		retryMs:          head[3],
@@ -221,6 +231,13 @@ func parseResult(reply interface{}, windowMs int64, withTiers, withStamp bool) (
 		}
 		r.Stamp = stamp // -1 on a rejection
 	}
+	if withOldest {
+		oldest, ok := fields[want-1].(int64)
+		if !ok {
+			return Result{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (the oldest entry is not an integer)", reply)}
+		}
+		r.Oldest = oldest // -1 when the binding tier's window is empty
+	}
 	return r, nil
 }
 
@@ -228,7 +245,7 @@ func parseResult(reply interface{}, windowMs int64, withTiers, withStamp bool) (
 // tier 0's limit and window as asked, nothing else (docs/clients.md).
 func policyResult(allowed bool, limit int, windowMs int64, cause error) Result {
 	return Result{
-		Allowed: allowed, Limit: limit, Window: duration(windowMs), Stamp: -1,
+		Allowed: allowed, Limit: limit, Window: duration(windowMs), Stamp: -1, Oldest: -1,
 		Via: ViaError, Err: cause, exact: true, windowMs: windowMs,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,7 +67,7 @@ type outcome struct {
 
 // exec sends op with args (those after the key, behind argsAfterKey free
 // slots) to key's node: the command, or the script where the node has no
-// module. write: durable mode pipelines WAIT after it.
+// module. write: in durable mode WAIT follows a reply that wrote.
 func (l *Limiter) exec(ctx context.Context, key string, o *op, args []interface{}, write bool) (outcome, error) {
 	durable := write && l.opt.Durable != nil
 	var n *node
@@ -139,43 +140,58 @@ func (l *Limiter) execScript(ctx context.Context, key string, o *op, args []inte
 	panic("unreachable")
 }
 
-// sendMaybeDurable sends cmd, and in durable mode WAIT right after it in one
-// pipeline on the key's node (one connection); it returns WAIT's count (-1
-// without WAIT).
+// sendMaybeDurable sends cmd. In durable mode it goes on one connection of
+// the key's node and, once its reply shows a write (an admission, a refund),
+// WAIT follows on that same connection (WAIT waits for the connection's last
+// write): one more round trip per admission, none per rejection. It returns
+// WAIT's count (-1 without WAIT).
 func (l *Limiter) sendMaybeDurable(ctx context.Context, key string, cmd *redis.Cmd, durable bool) (int64, error) {
 	if !durable {
 		return -1, l.send(ctx, cmd)
 	}
 	d := l.opt.Durable
-	wait := redis.NewIntCmd(ctx, "WAIT", d.Replicas, d.Timeout.Milliseconds())
+	acked := int64(-1)
 	err := l.bounded(ctx, func(ctx context.Context) error {
-		pipe, err := l.pipelineOf(ctx, key)
+		conn, err := l.connOf(ctx, key)
 		if err != nil {
 			return err
 		}
-		_ = pipe.Process(ctx, noRetry{cmd})
-		_ = pipe.Process(ctx, noRetryInt{wait})
-		_, _ = pipe.Exec(ctx)
+		defer conn.Close()
+		if err := conn.Process(ctx, noRetry{cmd}); err != nil {
+			return err
+		}
+		if !wrote(cmd.Val()) {
+			return nil // a rejection wrote nothing: no WAIT
+		}
+		wait := redis.NewIntCmd(ctx, "WAIT", d.Replicas, d.Timeout.Milliseconds())
+		if err := conn.Process(ctx, noRetryInt{wait}); err != nil {
+			return err
+		}
+		acked = wait.Val()
 		return nil
 	})
-	if err != nil {
-		return -1, err // the pipeline may still be running: don't touch its commands
+	if err == nil {
+		return acked, nil // f returned: acked is set
 	}
-	if err := cmd.Err(); err != nil {
-		if msg, ok := serverError(err); ok && (strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")) {
-			// The slot moved under the node pipeline: nothing was applied; the
-			// error policy answers until the client's slot map catches up.
-			if c, ok := l.rdb.(*redis.ClusterClient); ok {
-				c.ReloadState(ctx)
-			}
-			return -1, &UnavailableError{Cause: err}
+	// Else f may still be running: touch nothing it writes.
+	if msg, ok := serverError(err); ok && (strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")) {
+		// The slot moved under the node's connection: nothing was applied; the
+		// error policy answers until the client's slot map catches up.
+		if c, ok := l.rdb.(*redis.ClusterClient); ok {
+			c.ReloadState(ctx)
 		}
-		return -1, err
+		return -1, &UnavailableError{Cause: err}
 	}
-	if err := wait.Err(); err != nil {
-		return -1, err
+	return -1, err
+}
+
+// wrote: the reply is an admitting ALLOW's ([1, ...]) or a REFUND's (a count).
+func wrote(reply interface{}) bool {
+	if fields, ok := reply.([]interface{}); ok {
+		return len(fields) > 0 && fields[0] == int64(1)
 	}
-	return wait.Val(), nil
+	_, refund := reply.(int64)
+	return refund
 }
 
 // noRetryInt is noRetry for WAIT's IntCmd.
@@ -183,24 +199,27 @@ type noRetryInt struct{ *redis.IntCmd }
 
 func (noRetryInt) NoRetry() bool { return true }
 
-// pipelineOf is a pipeline on key's node: in a cluster, the node client of
-// the key's slot (a ClusterClient would send a keyless WAIT to any node).
-func (l *Limiter) pipelineOf(ctx context.Context, key string) (redis.Pipeliner, error) {
+// connOf is one connection of key's node (in a cluster, the node client of
+// the key's slot; in a Ring, the key's shard): WAIT must follow the write on
+// the connection that carried it. Close returns it to its pool.
+func (l *Limiter) connOf(ctx context.Context, key string) (*redis.Conn, error) {
 	switch c := l.rdb.(type) {
 	case *redis.ClusterClient:
 		node, err := c.MasterForKey(ctx, key)
 		if err != nil {
 			return nil, err
 		}
-		return node.Pipeline(), nil
+		return node.Conn(), nil
 	case *redis.Ring:
 		node, err := c.GetShardClientForKey(key)
 		if err != nil {
 			return nil, err
 		}
-		return node.Pipeline(), nil
+		return node.Conn(), nil
+	case *redis.Client:
+		return c.Conn(), nil
 	}
-	return l.rdb.Pipeline(), nil
+	return nil, &Error{Message: fmt.Sprintf("xcloak: durable mode needs a *redis.Client, *redis.ClusterClient or *redis.Ring, not %T", l.rdb)}
 }
 
 // send sends one command, never twice, within the Limiter's timeout.

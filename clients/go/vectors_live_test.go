@@ -158,6 +158,9 @@ func (s step) options() []CallOption {
 	if s.stampAsked() {
 		opts = append(opts, WithStamp())
 	}
+	if s.Oldest {
+		opts = append(opts, WithOldest())
+	}
 	return opts
 }
 
@@ -207,6 +210,7 @@ func (v *vectorRun) runCase(vc vectorCase) {
 				t.Errorf("%s: via %s", where, r.Via)
 			}
 			checkResult(t, where, r, *s.Decision)
+			checkOldest(t, where, r, s)
 			names := s.names()
 			checkAllHeaders(t, where, s.Headers, func(style Style) http.Header { return r.Headers(style, names...) })
 		case "refund":
@@ -346,7 +350,8 @@ func (v *vectorRun) runAllowAll(where string, l *Limiter, s step) {
 // server's text), acquire's sleeps on a virtual clock and AllowAll's calls.
 // Catches: an argument in the wrong order, a lost TIER, STAMP not asked,
 // a server error swallowed or retyped, a refund of the wrong stamp or cost,
-// a sleep that is not the server's figure.
+// a sleep that is not the server's figure, OLDEST lost on the way to the
+// script (peek-oldest).
 func TestVectorsLive(t *testing.T) {
 	v := loadVectors(t)
 	major, _ := testserver.Version()

@@ -40,8 +40,10 @@ type step struct {
 	Tiers    [][]json.Number              `json:"tiers"`
 	Cost     *json.Number                 `json:"cost"`
 	Now      *json.Number                 `json:"now"`
-	Stamp    json.RawMessage              `json:"stamp"` // true (allow) or a number (refund)
-	Names    json.RawMessage              `json:"names"` // []string (allow) or [][]string (allow_all)
+	Stamp    json.RawMessage              `json:"stamp"`     // true (allow) or a number (refund)
+	Oldest   bool                         `json:"oldest"`    // peek: OLDEST asked
+	OldestMs *json.Number                 `json:"oldest_ms"` // its reply: the oldest live entry, null for none
+	Names    json.RawMessage              `json:"names"`     // []string (allow) or [][]string (allow_all)
 	Command  []string                     `json:"command"`
 	Reply    interface{}                  `json:"reply"`
 	Decision *vectorDecision              `json:"decision"`
@@ -237,7 +239,22 @@ func vectorCall(key string, window, limit json.Number, tiers [][]json.Number, co
 }
 
 func (s step) call() *call {
-	return vectorCall(s.Key, s.Window, s.Limit, s.Tiers, s.Cost, s.Now, s.stampAsked())
+	c := vectorCall(s.Key, s.Window, s.Limit, s.Tiers, s.Cost, s.Now, s.stampAsked())
+	c.oldest = s.Oldest
+	return c
+}
+
+// checkOldest compares Result.Oldest with a peek step's oldest_ms (null:
+// -1); a step that did not ask must get -1.
+func checkOldest(t *testing.T, where string, got Result, s step) {
+	t.Helper()
+	want := int64(-1)
+	if s.Oldest && s.OldestMs != nil {
+		want = num(*s.OldestMs)
+	}
+	if got.Oldest != want || got.HasOldest() != (want >= 0) {
+		t.Errorf("%s: oldest %d (HasOldest %v), want %d", where, got.Oldest, got.HasOldest(), want)
+	}
 }
 
 // commandLine is name key args..., args as call.args makes them (behind
@@ -255,7 +272,8 @@ func commandLine(name, key string, args []interface{}) []string {
 // the first that matches, a duration not saturated (or -1 not kept), seconds
 // rounded down, a default policy name in the wrong shape, Retry-After on a
 // never-fits request, COST 1 sent, DETAILS before NOW, the jitter
-// subtracted, a sleep past the deadline.
+// subtracted, a sleep past the deadline, OLDEST not sent or its entry read
+// from the wrong place (or kept as a stamp).
 func TestVectorsPure(t *testing.T) {
 	v := loadVectors(t)
 	steps := 0
@@ -276,12 +294,13 @@ func TestVectorsPure(t *testing.T) {
 				if s.Error != nil {
 					continue
 				}
-				r, err := parseResult(goReply(s.Reply), c.windowMs, len(c.tiers) > 0, c.stamp)
+				r, err := parseResult(goReply(s.Reply), c.windowMs, len(c.tiers) > 0, c.stamp, c.oldest)
 				if err != nil {
 					t.Errorf("%s: %v", where, err)
 					continue
 				}
 				checkResult(t, where, r, *s.Decision)
+				checkOldest(t, where, r, s)
 				names := s.names()
 				checkAllHeaders(t, where, s.Headers, func(style Style) http.Header { return r.Headers(style, names...) })
 			case "refund":
@@ -314,7 +333,7 @@ func TestVectorsPure(t *testing.T) {
 					if got := commandLine("XCLOAK.ALLOW", c.key, c.args(true)); !reflect.DeepEqual(got, s.Calls[j].Command) {
 						t.Errorf("%s call %d:\n got  %q\n want %q", where, j, got, s.Calls[j].Command)
 					}
-					r, err := parseResult(goReply(s.Calls[j].Reply), c.windowMs, len(c.tiers) > 0, true)
+					r, err := parseResult(goReply(s.Calls[j].Reply), c.windowMs, len(c.tiers) > 0, true, false)
 					if err != nil {
 						t.Fatalf("%s call %d: %v", where, j, err)
 					}
@@ -348,7 +367,7 @@ func testAcquirePlan(t *testing.T, where string, s step) {
 	}
 	c := vectorCall(s.Key, s.Window, s.Limit, s.Tiers, s.Cost, nil, false)
 	for j, call := range s.Calls {
-		r, err := parseResult(goReply(call.Reply), c.windowMs, len(c.tiers) > 0, false)
+		r, err := parseResult(goReply(call.Reply), c.windowMs, len(c.tiers) > 0, false, false)
 		if err != nil {
 			t.Fatalf("%s call %d: %v", where, j, err)
 		}
@@ -391,7 +410,7 @@ func TestDurationSaturates(t *testing.T) {
 			t.Errorf("duration(%d ms) = %d, want %d", ms, got, want)
 		}
 	}
-	r, err := parseResult([]interface{}{int64(0), int64(2), int64(0), int64(9007199254740989), int64(9007199254740990)}, 9007199254740991, false, false)
+	r, err := parseResult([]interface{}{int64(0), int64(2), int64(0), int64(9007199254740989), int64(9007199254740990)}, 9007199254740991, false, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}

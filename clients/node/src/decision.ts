@@ -47,6 +47,12 @@ export interface Decision {
   readonly tiers: readonly TierState[];
   /** With `stamp: true`: the admission's stamp, the handle `refund` takes; null when rejected or not asked. */
   readonly stamp: number | null;
+  /**
+   * A peek with `oldest: true`: the stamp (unix ms) of the oldest entry live in
+   * the binding tier's window, where a moving window starts; null when that
+   * window is empty or not asked.
+   */
+  readonly oldest: number | null;
   readonly via: Via;
   /** With `via === 'error'`: the outage or timeout that the error policy answered. */
   readonly error: Error | null;
@@ -78,6 +84,8 @@ export interface CallSpec {
   readonly tiers?: readonly TierSpec[];
   readonly now?: number;
   readonly stamp?: boolean;
+  /** A peek: ask for the oldest live entry (OLDEST). */
+  readonly oldest?: boolean;
 }
 
 function tierPair(tier: TierSpec): [number, number] {
@@ -125,9 +133,11 @@ export function allowCommand(spec: CallSpec): string[] {
   return command;
 }
 
-/** `XCLOAK.PEEK key window limit [TIER w l]... [COST c] [NOW t]`. */
+/** `XCLOAK.PEEK key window limit [TIER w l]... [COST c] [NOW t] [OLDEST]`. */
 export function peekCommand(spec: CallSpec): string[] {
-  return ['XCLOAK.PEEK', spec.key, ...windowArgs(spec)];
+  const command = ['XCLOAK.PEEK', spec.key, ...windowArgs(spec)];
+  if (spec.oldest) command.push('OLDEST');
+  return command;
 }
 
 /** `XCLOAK.REFUND key stamp [COST c]`. */
@@ -154,7 +164,8 @@ function tierState(entry: unknown): TierState {
  * Reads the reply of `allowCommand(spec)` or `peekCommand(spec)` into a
  * Decision: `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`,
  * with tiers a sixth element (one such entry per tier, window first), and with
- * STAMP a last element (-1 when rejected).
+ * STAMP a last element (-1 when rejected), with OLDEST (a peek) the oldest live
+ * entry of the binding tier's window (-1 when it is empty).
  */
 export function decisionFromReply(reply: unknown, spec: CallSpec, via: Via): Decision {
   if (!Array.isArray(reply) || reply.length < 5) throw new TypeError(`xcloak: unexpected reply ${JSON.stringify(reply)}`);
@@ -180,6 +191,11 @@ export function decisionFromReply(reply: unknown, spec: CallSpec, via: Via): Dec
     const value = integer(reply[next], 'stamp');
     stamp = value < 0 ? null : value;
   }
+  let oldest: number | null = null;
+  if (spec.oldest && reply.length > next) {
+    const value = integer(reply[next], 'oldest');
+    oldest = value < 0 ? null : value;
+  }
   return {
     allowed: allowed === 1,
     limit,
@@ -191,6 +207,7 @@ export function decisionFromReply(reply: unknown, spec: CallSpec, via: Via): Dec
     tier,
     tiers,
     stamp,
+    oldest,
     via,
     error: null,
   };
@@ -209,6 +226,7 @@ export function errorDecision(spec: CallSpec, allowed: boolean, error: Error): D
     tier: 0,
     tiers: [],
     stamp: null,
+    oldest: null,
     via: 'error',
     error,
   };

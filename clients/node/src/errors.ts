@@ -51,6 +51,8 @@ export class XcloakNotReplicatedError extends Error {
  * wrong": they go to the error policy (docs/clients.md, Errors).
  */
 const UNAVAILABLE_CODES = new Set(['LOADING', 'BUSY', 'MASTERDOWN', 'CLUSTERDOWN', 'TRYAGAIN', 'READONLY', 'NOREPLICAS', 'OOM']);
+/** An ERR reply that is an outage too: the server takes no more connections now. */
+const MAX_CLIENTS = 'ERR max number of clients reached';
 
 /** Whether `error` is an error reply of the server (ioredis ReplyError, node-redis ErrorReply), not a client-side failure. */
 export function isReplyError(error: unknown): error is Error {
@@ -79,7 +81,7 @@ export function toXcloakError(error: unknown): XcloakError {
   if (error instanceof XcloakError) return error;
   if (isReplyError(error)) {
     const code = /^[A-Z]+/.exec(error.message)?.[0] ?? '';
-    if (UNAVAILABLE_CODES.has(code)) return new XcloakUnavailableError(error);
+    if (UNAVAILABLE_CODES.has(code) || error.message.startsWith(MAX_CLIENTS)) return new XcloakUnavailableError(error);
     return new XcloakError(error.message, { cause: error });
   }
   if (error instanceof Error) return new XcloakUnavailableError(error);

@@ -91,6 +91,8 @@ export interface PeekOptions {
   readonly cost?: number;
   readonly tiers?: readonly TierSpec[];
   readonly now?: number;
+  /** Also ask for the oldest entry live in the binding tier's window (`OLDEST`; `Decision.oldest`): where a moving window starts. */
+  readonly oldest?: boolean;
 }
 
 export interface RefundOptions {
@@ -232,7 +234,7 @@ export class Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.durable) return this.decide(spec, this.allowOnce(spec, command));
+    if (this.durable) return this.decide(spec, this.allowOnce(spec, command, options.stamp === true));
     return this.decideNow('allow', spec, command, this.deadlines);
   }
 
@@ -241,7 +243,7 @@ export class Limiter {
     let spec: CallSpec;
     let command: string[];
     try {
-      spec = this.spec(key, window, limit, options.cost, options.tiers, options.now, false);
+      spec = { ...this.spec(key, window, limit, options.cost, options.tiers, options.now, false), oldest: options.oldest === true };
       command = peekCommand(spec);
     } catch (error) {
       return Promise.reject(error);
@@ -284,11 +286,21 @@ export class Limiter {
     for (;;) {
       signal?.throwIfAborted();
       const now = this.clock.now();
-      const decision = await this.allow(key, window, limit, {
-        cost: options.cost,
-        tiers: options.tiers,
-        ...(this.clockGiven ? { now } : {}),
-      });
+      let decision: Decision;
+      try {
+        decision = await this.allow(key, window, limit, {
+          cost: options.cost,
+          tiers: options.tiers,
+          ...(this.clockGiven ? { now } : {}),
+        });
+      } catch (error) {
+        // Aborted while the call was out: the caller's cancellation, not an outage.
+        if (signal?.aborted && error instanceof XcloakUnavailableError) throw signal.reason;
+        throw error;
+      }
+      // An admission that came back is returned even if aborted meanwhile; a
+      // decision of the error policy is not: the abort is no outage.
+      if (signal?.aborted && decision.via === 'error') throw signal.reason;
       const step = acquireStep(decision, now, deadline, this.jitterFraction, this.random);
       if (step.done) return decision;
       try {
@@ -363,18 +375,24 @@ export class Limiter {
 
   private spec(key: string, window: number, limit: number, cost?: number, tiers?: readonly TierSpec[], now?: number, stamp?: boolean): CallSpec {
     const at = now ?? (this.clockGiven ? this.clock.now() : undefined);
-    const wantStamp = stamp === true || (this.durable !== undefined && this.errorPolicy === 'deny');
+    // Durable mode always sends STAMP (the deny path refunds by it); allowOnce shows it only if asked.
+    const wantStamp = stamp === true || this.durable !== undefined;
     return { key: this.prefix + key, window, limit, cost, tiers, now: at, stamp: wantStamp };
   }
 
-  /** ALLOW once, with its deadline and (durable) its WAIT; rejects with what failed, no policy. */
-  private allowOnce(spec: CallSpec, command: string[] = allowCommand(spec)): Promise<Decision> {
+  /**
+   * ALLOW once, with its deadline and (durable) its WAIT after an admitting
+   * reply; rejects with what failed, no policy. `showStamp`: the decision keeps
+   * the stamp (durable mode sends STAMP for its own refund).
+   */
+  private allowOnce(spec: CallSpec, command: string[] = allowCommand(spec), showStamp = true): Promise<Decision> {
     return this.writeDeadlines.run((deadline) =>
       this.exec('allow', command, deadline).then((sent) => {
         const decision = decisionFromReply(sent.reply, spec, sent.via);
-        if (!this.durable || !decision.allowed) return decision;
+        const shown = showStamp || decision.stamp === null ? decision : { ...decision, stamp: null };
+        if (!this.durable || !decision.allowed) return shown;
         return this.replicate(spec.key, deadline, nearMaxExact(command)).then(
-          () => decision,
+          () => shown,
           async (error) => {
             // Under deny, a request turned away consumes nothing (best effort).
             if (this.errorPolicy === 'deny' && decision.stamp !== null) await this.refundBestEffort(spec.key, decision.stamp, spec.cost);

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Limiter, keySlot } from 'xcloak';
+import { Limiter, XcloakUnavailableError, keySlot } from 'xcloak';
 import { install } from 'xcloak/ioredis';
 import { Cluster, MODULE, Proxy, stopAll } from './harness.mjs';
 import { LIBRARIES, close, connectCluster, raw } from './clients.mjs';
@@ -133,32 +133,60 @@ describe('a 3+3 cluster with the module on every node', () => {
     }
   });
 
+  // An outage at request 1: request 0 is refunded on its own node, then the
+  // policy answers once: under allow and deny the decision received for
+  // request 0, then a via=error decision for request 1 (its own tier 0),
+  // which binds; rejected is 1 under deny, null under allow; raise throws.
+  // Catches the error decision built from request 0, the received decisions
+  // dropped, rejected left null under deny, no refund.
   for (const library of LIBRARIES) {
-    test(`${library}: allowAll with its second key's node paused: the first is refunded, the policy answers once`, async () => {
-      const client = await connectCluster(library, cluster.nodes[0].port);
-      try {
-        const limiter = new Limiter(client, { timeout: 150, errorPolicy: 'deny' });
-        const first = `outage:${library}:a`;
-        const firstOwner = await cluster.ownerOf(first);
-        let second;
-        for (let i = 0; !second; i++) if ((await cluster.ownerOf(`outage:${library}:b${i}`)) !== firstOwner) second = `outage:${library}:b${i}`;
-        const secondOwner = await cluster.ownerOf(second);
-        await limiter.allow(second, WINDOW, 5); // the connection exists
-        secondOwner.pause();
-        let multi;
+    for (const errorPolicy of ['raise', 'allow', 'deny']) {
+      test(`${library}: allowAll with its second key's node paused (${errorPolicy}): the first is refunded, the policy answers once`, async () => {
+        const client = await connectCluster(library, cluster.nodes[0].port);
         try {
-          multi = await limiter.allowAll([{ key: first, window: WINDOW, limit: 5 }, { key: second, window: WINDOW, limit: 5 }]);
+          const limiter = new Limiter(client, { timeout: 150, errorPolicy });
+          const first = `outage:${library}:${errorPolicy}:a`;
+          const firstOwner = await cluster.ownerOf(first);
+          let second;
+          for (let i = 0; !second; i++) if ((await cluster.ownerOf(`outage:${library}:${errorPolicy}:b${i}`)) !== firstOwner) second = `outage:${library}:${errorPolicy}:b${i}`;
+          const secondOwner = await cluster.ownerOf(second);
+          await limiter.reset(second); // the connection exists
+          secondOwner.pause();
+          let outcome;
+          try {
+            outcome = await limiter.allowAll([{ key: first, window: WINDOW, limit: 5 }, { key: second, window: 120000, limit: 7 }]).catch((error) => ({ error }));
+          } finally {
+            secondOwner.resume();
+          }
+          assert.equal(await firstOwner.admin.exists(first), 0, 'request 0 refunded on its own node');
+          if (errorPolicy === 'raise') {
+            assert.ok(outcome.error instanceof XcloakUnavailableError, String(outcome.error));
+            return;
+          }
+          const multi = outcome;
+          assert.equal(multi.allowed, errorPolicy === 'allow');
+          assert.equal(multi.via, 'error');
+          assert.equal(multi.rejected, errorPolicy === 'deny' ? 1 : null);
+          assert.equal(multi.bindingIndex, 1);
+          assert.equal(multi.decisions.length, 2);
+          const [received, failed] = multi.decisions;
+          assert.equal(received.allowed, true);
+          assert.equal(received.via, 'command');
+          assert.equal(received.limit, 5);
+          assert.equal(received.remaining, 4, 'it still shows its own admission');
+          assert.equal(typeof received.stamp, 'number');
+          assert.equal(failed.via, 'error');
+          assert.equal(failed.allowed, multi.allowed);
+          assert.ok(failed.error instanceof Error);
+          assert.deepEqual([failed.limit, failed.window, failed.remaining, failed.tier], [7, 120000, 0, 0], "request 1's tier 0");
+          assert.equal(multi.binding, failed);
+          assert.equal(multi.retryAfter, 0);
+          assert.deepEqual(limiter.headers(multi), {});
         } finally {
-          secondOwner.resume();
+          await close(client);
         }
-        assert.equal(multi.allowed, false);
-        assert.equal(multi.via, 'error');
-        assert.equal(multi.decisions.length, 2);
-        assert.equal(await firstOwner.admin.exists(first), 0, 'request 0 refunded on its own node');
-      } finally {
-        await close(client);
-      }
-    });
+      });
+    }
   }
 
   for (const library of LIBRARIES) {

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Limiter, SCRIPTS, XcloakError, XcloakTimeoutError, XcloakUnavailableError, XcloakNotReplicatedError } from 'xcloak';
-import { Proxy, SERVER_MAJOR, Server, stopAll, waitFor } from './harness.mjs';
+import { Monitor, Proxy, SERVER_MAJOR, Server, stopAll, waitFor } from './harness.mjs';
 import { LIBRARIES, close, connect, raw } from './clients.mjs';
 
 after(stopAll);
@@ -54,6 +54,32 @@ for (const library of LIBRARIES) {
         assert.equal((await server.admin.zcard('k')), 2);
       } finally {
         server.resume();
+        await close(client);
+        await server.destroy();
+      }
+    });
+
+    // A caller's cancellation is no outage: acquire aborted while its call
+    // waits on a paused server rejects with the signal's reason under every
+    // policy. Catches the policy's decision returned (a cancelled wait failing
+    // open under allow).
+    test('acquire aborted while its call waits on a paused server: the abort, never the policy', async () => {
+      const server = await Server.start();
+      const client = await connect(library, server.port);
+      try {
+        for (const errorPolicy of ['raise', 'allow', 'deny']) {
+          const limiter = new Limiter(client, { errorPolicy, timeout: 300 });
+          await limiter.allow('warm', 60000, 100);
+          server.pause();
+          const controller = new AbortController();
+          setTimeout(() => controller.abort(new Error('client went away')), 50);
+          try {
+            await assert.rejects(limiter.acquire('k', 60000, 3, { maxWait: 5000, signal: controller.signal }), /client went away/, errorPolicy);
+          } finally {
+            server.resume();
+          }
+        }
+      } finally {
         await close(client);
         await server.destroy();
       }
@@ -249,6 +275,10 @@ for (const library of LIBRARIES) {
 }
 
 describe('durable mode: WAIT on the same connection after an admission', () => {
+  // Catches: WAIT pipelined behind every call (a rejection then waits too, for
+  // its whole timeout while a replica is down), WAIT on another connection,
+  // STAMP sent only under deny (nothing to refund by), a stamp shown that was
+  // not asked for, a not-replicated admission reported as a success.
   for (const library of LIBRARIES) {
     test(`${library}: replicated admissions stand; unreplicated ones go to the policy, and deny refunds them`, async () => {
       const primary = await Server.start();
@@ -256,17 +286,25 @@ describe('durable mode: WAIT on the same connection after an admission', () => {
       await replica.admin.call('REPLICAOF', '127.0.0.1', String(primary.port));
       await waitFor('the replica to link', async () => (await replica.info('replication')).master_link_status === 'up');
       const client = await connect(library, primary.port);
+      const monitor = await Monitor.start(primary);
       try {
         const durable = { replicas: 1, timeout: 1000 }; // a loaded machine's replica may take 150 ms to acknowledge
         const raise = new Limiter(client, { durable });
         const ok = await raise.allow('k', 60000, 2);
         assert.equal(ok.via, 'command');
         assert.equal(ok.allowed, true);
+        assert.equal(ok.stamp, null, 'STAMP was sent for the deny path, but not asked: not shown');
         assert.equal(await primary.calls('wait'), 1);
-        await raise.allow('k', 60000, 2);
+        const asked = await raise.allow('k', 60000, 2, { stamp: true });
+        assert.equal(typeof asked.stamp, 'number');
         const rejected = await raise.allow('k', 60000, 2);
         assert.equal(rejected.allowed, false);
         assert.equal(await primary.calls('wait'), 2, 'a rejection wrote nothing: no WAIT');
+        const allow = ['XCLOAK.ALLOW', 'k', '60000', '2', 'DETAILS', 'STAMP'];
+        const seen = await monitor.barrier({ sources: true });
+        assert.deepEqual(seen.map((l) => l.args), [allow, ['WAIT', '1', '1000'], allow, ['WAIT', '1', '1000'], allow]);
+        assert.equal(seen[1].source, seen[0].source, 'WAIT on the connection of its ALLOW');
+        assert.equal(seen[3].source, seen[2].source, 'WAIT on the connection of its ALLOW');
 
         replica.pause();
         await assert.rejects(raise.allow('other', 60000, 5), (e) => e instanceof XcloakUnavailableError && e.cause instanceof XcloakNotReplicatedError);
@@ -279,7 +317,15 @@ describe('durable mode: WAIT on the same connection after an admission', () => {
         assert.equal(closed.allowed, false);
         assert.equal(closed.via, 'error');
         assert.equal(await primary.admin.zcard('other'), 2, 'deny refunded its own admission: turned away, it consumes nothing');
+        assert.equal(await primary.calls('wait'), 5, 'one WAIT per admission');
+        const full = await new Limiter(client, { durable, errorPolicy: 'deny' }).allow('other', 60000, 0);
+        assert.equal(full.allowed, false);
+        assert.equal(full.via, 'command', 'a rejection with the replica down: no WAIT, no wait');
+        assert.equal(await primary.calls('wait'), 5);
+        const sent = (await monitor.barrier()).filter((args) => args[0] === 'XCLOAK.ALLOW');
+        assert.ok(sent.every((args) => args.at(-1) === 'STAMP'), 'every durable ALLOW carries STAMP, whatever the policy');
       } finally {
+        monitor.stop();
         replica.resume();
         await close(client);
         await primary.destroy();

@@ -282,16 +282,20 @@ export class Monitor {
   /**
    * Waits until everything sent before now shows; returns the commands since
    * the previous barrier, minus the admin's and a new connection's handshake
-   * (HELLO, INFO, CLIENT SETINFO, SELECT).
+   * (HELLO, INFO, CLIENT SETINFO, SELECT). With `sources`: `{ args, source }`
+   * each, `source` the client's address (one per connection).
    */
-  async barrier() {
+  async barrier({ sources = false } = {}) {
     const token = `xcloak-barrier-${Math.random()}`;
     await this.server.admin.echo(token);
     await waitFor('the monitor barrier', () => this.lines.some((l) => l.args[0]?.toUpperCase() === 'ECHO' && l.args[1] === token), 10000);
     const end = this.lines.findIndex((l) => l.args[1] === token);
     const adminSource = this.lines[end].source;
     const handshake = new Set(['HELLO', 'INFO', 'CLIENT', 'SELECT']);
-    const seen = this.lines.slice(0, end).filter((l) => l.source !== adminSource && !handshake.has(l.args[0]?.toUpperCase())).map((l) => l.args);
+    const seen = this.lines
+      .slice(0, end)
+      .filter((l) => l.source !== adminSource && !handshake.has(l.args[0]?.toUpperCase()))
+      .map((l) => (sources ? l : l.args));
     this.lines = this.lines.slice(end + 1);
     return seen;
   }

@@ -55,7 +55,11 @@ const specOf = (step, now = step.now) => ({
   tiers: step.tiers,
   now,
   stamp: step.stamp,
+  oldest: step.oldest,
 });
+
+/** A peek with `oldest` records `oldest_ms` (null: none); every other call's Decision has oldest null. */
+const oldestOf = (step) => (step.oldest ? step.oldest_ms : null);
 
 function checkHeaders(where, decision, step) {
   assert.deepEqual(headers(decision, { style: 'ietf', names: step.names }), step.headers.ietf, `${where}: ietf headers`);
@@ -80,6 +84,7 @@ describe('the pure core, driven by every vector without a server', () => {
       if (step.error) continue;
       const decision = decisionFromReply(step.reply, specOf(step), 'command');
       assert.deepEqual(wire(decision), step.decision, where);
+      assert.equal(decision.oldest, oldestOf(step), `${where}: oldest`);
       checkHeaders(where, decision, step);
       n++;
     }
@@ -188,6 +193,7 @@ async function runCase(testCase, { limiter, raw, via, readOnlyScripts, limiterFo
       case 'peek': {
         const options = { cost: step.cost, tiers: step.tiers, now: step.now };
         if (step.op === 'allow') options.stamp = step.stamp;
+        else options.oldest = step.oldest;
         const call = () => (step.op === 'allow' ? limiter.allow(step.key, step.window, step.limit, options) : limiter.peek(step.key, step.window, step.limit, options));
         sent.push(scriptCommandIf(via, step.command, readOnlyScripts));
         if (step.error) {
@@ -196,6 +202,7 @@ async function runCase(testCase, { limiter, raw, via, readOnlyScripts, limiterFo
         }
         const decision = await call();
         assert.deepEqual(wire(decision), step.decision, where);
+        assert.equal(decision.oldest, oldestOf(step), `${where}: oldest`);
         assert.equal(decision.via, via, where);
         checkHeaders(where, decision, step);
         break;

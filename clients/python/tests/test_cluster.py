@@ -88,6 +88,47 @@ def test_async_cluster(cluster):
     assert cluster.owner("rl:a:x").client().zcard("rl:a:x") == 0, "refunded across slots"
 
 
+@pytest.mark.parametrize("policy", ["raise", "allow", "deny"])
+def test_allow_all_with_the_second_node_paused(cluster, policy):
+    """An outage at request 1 (its node paused past the timeout): request 0 is
+    refunded on its own node, then the policy answers once. Under allow and
+    deny: the decision received for request 0, then a via=error decision for
+    request 1 (its own tier 0), which binds; rejected is 1 under deny, None
+    under allow. Would fail: the error decision built from request 0, the
+    received decisions dropped, rejected left None under deny, no refund."""
+    first = f"rl:o:{policy}:first"
+    second = next(f"rl:o:{policy}:{i}" for i in range(1000)
+                  if cluster.owner(f"rl:o:{policy}:{i}") is not cluster.owner(first))
+    client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    limiter = xcloak.Limiter(client, on_error=policy, timeout=0.3)
+    limiter.reset(second)  # a connection to its node, before it stops answering
+    requests = [{"key": first, "window": 600_000, "limit": 5}, {"key": second, "window": 120_000, "limit": 7}]
+    owner = cluster.owner(second)
+    owner.pause()
+    try:
+        if policy == "raise":
+            with pytest.raises(xcloak.UnavailableError):
+                limiter.allow_all(requests, stamp=True)
+            multi = None
+        else:
+            multi = limiter.allow_all(requests, stamp=True)
+    finally:
+        owner.resume()
+    assert cluster.owner(first).client().zcard(first) == 0, "request 0 refunded on its node"
+    limiter.close()
+    if multi is None:
+        return
+    assert multi.allowed == (policy == "allow") and multi.via == xcloak.ERROR
+    assert multi.rejected == (1 if policy == "deny" else None)
+    assert multi.binding_index == 1 and len(multi.decisions) == 2
+    received, failed = multi.decisions
+    assert received.allowed and received.via == xcloak.COMMAND and received.limit == 5
+    assert received.remaining == 4 and received.stamp is not None, "it still shows its own admission"
+    assert failed.via == xcloak.ERROR and failed.allowed == multi.allowed and failed.error is not None
+    assert (failed.limit, failed.window_ms, failed.remaining, failed.tier) == (7, 120_000, 0, 0)
+    assert multi.binding is failed and multi.retry_after_ms == 0 and xcloak.headers(multi) == {}
+
+
 def test_cluster_storage_for_limits(cluster):
     storage = storage_from_string(f"xcloak+cluster://127.0.0.1:{cluster.nodes[0].port}")
     limiter = MovingWindowRateLimiter(storage)

@@ -200,10 +200,12 @@ def test_a_stopped_server_goes_to_the_policy_at_once(policy):
         else:
             d = limiter.allow("gone", 60000, 5)
             assert d.via == xcloak.ERROR and d.allowed == (policy == "allow")
-            # peek follows the same policy; refund (no decision) raises
+            # peek follows the same policy; refund and reset (no decision) raise
             assert limiter.peek("gone", 60000, 5).via == xcloak.ERROR
         with pytest.raises(xcloak.UnavailableError):
             limiter.refund("gone", 1)
+        with pytest.raises(xcloak.UnavailableError):
+            limiter.reset("gone")
         assert time.monotonic() - started < 1.0, "no retry with backoff on a refused connection"
         limiter.close()
     finally:
@@ -257,6 +259,46 @@ def test_async_acquire_is_cancellation_safe():
 
     try:
         asyncio.run(main())
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_task_cancelled_in_flight_is_cancelled_not_the_policy(policy):
+    """A task cancelled while its call waits on a paused server: CancelledError
+    under every policy, for allow, refund and reset, never a decision of the
+    policy (a caller's cancellation is no outage). Would fail: the driver
+    mapping the cancellation to UnavailableError (a cancelled request failing
+    open under allow)."""
+    s = Server()
+
+    async def main():
+        client = redis.asyncio.Redis(port=s.port)
+        limiter = xcloak.AsyncLimiter(client, on_error=policy, timeout=5)
+        await limiter.allow("c", 60000, 5)  # a connection in the pool
+        calls = [lambda: limiter.allow("c", 60000, 5), lambda: limiter.refund("c", 1),
+                 lambda: limiter.reset("c")]
+        outcomes = []
+        for call in calls:
+            s.pause()
+            try:
+                task = asyncio.ensure_future(call())
+                await asyncio.sleep(0.1)
+                task.cancel()
+                try:
+                    outcomes.append(await task)
+                except asyncio.CancelledError:
+                    outcomes.append("cancelled")
+                except Exception as error:  # noqa: BLE001 - what the test looks for
+                    outcomes.append(error)
+            finally:
+                s.resume()
+        await limiter.close()
+        await client.aclose()
+        return outcomes
+
+    try:
+        assert asyncio.run(main()) == ["cancelled"] * 3
     finally:
         s.close()
 

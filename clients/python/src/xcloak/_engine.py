@@ -264,7 +264,9 @@ class Engine:
 
     def allow(self, key, window, limit, cost=1, tiers=None, stamp=False, now=None) -> Op:
         key, window_ms, limit, tiers_ms, cost, now_ms = self.window_request(key, window, limit, cost, tiers, now)
-        want_stamp = stamp or (self.durable is not None and self.on_error == "deny")
+        # Durable mode always sends STAMP (the deny path refunds by it); the
+        # decision shows it only if asked.
+        want_stamp = stamp or self.durable is not None
         args = cmd.allow_args(window_ms, limit, tiers_ms, cost, now_ms, want_stamp)
         try:
             reply, via, node = yield from self.call("allow", key, args)
@@ -334,30 +336,34 @@ class Engine:
         decisions: List[Decision] = []
         admitted: List[Tuple[str, Decision, int]] = []
         rejected = None
-        first = None
+        index = 0
         try:
             for index, request in enumerate(requests):
                 key, window_ms, limit, tiers_ms, cost, _ = self.window_request(
                     request["key"], request["window"], request["limit"], request.get("cost", 1),
                     request.get("tiers"), now_ms if now_ms is not None else None)
-                if first is None:
-                    first = (window_ms, limit)
                 args = cmd.allow_args(window_ms, limit, tiers_ms, cost, now_ms, True)
                 reply, via, node = yield from self.call("allow", key, args)
                 decision = from_reply(reply, window_ms, bool(tiers_ms), stamp=True, via=via)
-                decisions.append(decision)
                 if not decision.allowed:
+                    decisions.append(decision)
                     rejected = index
                     break
-                admitted.append((key, decision, cost))
                 if self.durable is not None:
+                    # not replicated: an outage at this request (refunded
+                    # here under deny, as a single allow is)
                     yield from self._wait_replicated(node, key, decision, cost)
+                decisions.append(decision)
+                admitted.append((key, decision, cost))
         except UnavailableError as error:
+            # An outage at request `index`: 0..index-1 are refunded, then the
+            # policy answers once: the decisions received, then its own for
+            # this request (its tier 0), which binds.
             yield from self._refund_all(admitted, best_effort=True)
-            window_ms, limit = first if first else (0, 0)
             d = self.policy(error, window_ms, limit)
-            return MultiDecision(allowed=d.allowed, decisions=(d,), rejected=None, binding_index=0,
-                                 via=d.via, error=d.error)
+            sent = tuple(decisions if stamp else (_without_stamp(x) for x in decisions)) + (d,)
+            return MultiDecision(allowed=d.allowed, decisions=sent, rejected=None if d.allowed else index,
+                                 binding_index=index, via=d.via, error=d.error)
         except XcloakError:
             yield from self._refund_all(admitted, best_effort=True)
             raise
