@@ -116,3 +116,24 @@ def test_async_waits_after_admissions_only(pair):
     asyncio.run(main())
     assert primary.calls("wait") == 1
     assert replica.client().zcard("ad") == 1
+
+
+def test_pipelines_are_refused_in_durable_mode(pair):
+    """A pipeline reports each admission with its reply, before any WAIT: in
+    durable mode that would be a plain success for an unreplicated admission,
+    so pipeline() refuses, sync and asyncio (and works without durable mode)."""
+    primary, _ = pair
+    durable = xcloak.Durable(replicas=1, timeout_ms=100)
+    with pytest.raises(xcloak.XcloakError, match="durable"):
+        xcloak.Limiter(primary.client(), durable=durable).pipeline()
+    assert xcloak.Limiter(primary.client()).pipeline() is not None
+
+    async def main():
+        client = redis.asyncio.Redis(port=primary.port)
+        try:
+            with pytest.raises(xcloak.XcloakError, match="durable"):
+                xcloak.AsyncLimiter(client, durable=durable).pipeline()
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())

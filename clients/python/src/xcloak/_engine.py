@@ -86,6 +86,14 @@ def refusal(error: rex.ResponseError) -> XcloakError:
     return XcloakError(text)
 
 
+def refuse_durable_pipeline(engine: "Engine") -> None:
+    """A pipeline reports each admission with its reply; durable mode must
+    WAIT first (docs/clients.md, Durable mode), so the two don't mix."""
+    if engine.durable is not None:
+        raise XcloakError("xcloak: pipeline() is not available in durable mode: call allow() for each "
+                          "request, which waits for the replicas")
+
+
 def is_outage(error: BaseException) -> bool:
     """Connection errors and timeouts (not a wrong password, which is the caller's)."""
     if isinstance(error, rex.AuthenticationError):

@@ -309,7 +309,9 @@ class Limiter:
             sleep(sleep_ms)
 
     def pipeline(self) -> "Pipeline":
-        """Batches calls into one round trip per node (``with limiter.pipeline() as p``)."""
+        """Batches calls into one round trip per node (``with limiter.pipeline() as p``).
+        Not in durable mode: its admissions would be reported before ``WAIT``."""
+        _engine.refuse_durable_pipeline(self.engine)
         return Pipeline(self)
 
     @staticmethod

@@ -246,6 +246,8 @@ class AsyncLimiter:
                 await asyncio.sleep(sleep_ms / 1000)
 
     def pipeline(self) -> "AsyncPipeline":
+        """As Limiter.pipeline: not in durable mode."""
+        _engine.refuse_durable_pipeline(self.engine)
         return AsyncPipeline(self)
 
     @staticmethod
