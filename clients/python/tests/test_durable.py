@@ -137,3 +137,22 @@ def test_pipelines_are_refused_in_durable_mode(pair):
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_wait_has_its_own_budget(pair):
+    """A durable WAIT longer than the limiter's timeout (replica paused, WAIT
+    timeout 600 ms, limiter timeout 200 ms) ends as "not replicated", not as
+    a timeout of the call: the WAIT's budget is its own timeout plus the
+    limiter's (docs/clients.md, Durable mode). Under deny the admission is
+    then refunded; a timeout would have left it in the window."""
+    primary, replica = pair
+    limiter = xcloak.Limiter(primary.client(), timeout=0.2, on_error="deny",
+                             durable=xcloak.Durable(replicas=1, timeout_ms=600))
+    replica.pause()
+    try:
+        d = limiter.allow("budget", 60000, 5)
+    finally:
+        replica.resume()
+    assert d.via == "error" and not d.allowed
+    assert "not replicated" in str(d.error), d.error
+    assert primary.client().zcard("budget") == 0

@@ -182,6 +182,12 @@ class Engine:
         self.random = random
         self.nodes: Dict[str, _NodeState] = {}
 
+    def wait_budget(self) -> float:
+        """Seconds a durable WAIT may take: its own timeout, then the
+        limiter's for the reply to come back; the call before it had its own."""
+        assert self.durable is not None
+        return self.durable.timeout_ms / 1000 + self.timeout
+
     # ------------------------------------------------------------ per node
 
     def _state(self, node_name: str) -> _NodeState:

@@ -215,6 +215,8 @@ class Limiter:
                             else:
                                 transport.release(*held)
                             held = None
+                        if request.commands[0][0] == "WAIT":  # its own budget (docs/clients.md, Durable mode)
+                            deadline = time.monotonic() + self.engine.wait_budget()
                         conn, answer = transport.exchange(request.node, request.commands, deadline, conn)
                         if request.hold or self.engine.durable is not None:
                             held = (request.node, conn)

@@ -187,6 +187,8 @@ class AsyncLimiter:
                             else:
                                 await transport.release(*held)
                             held = None
+                        if request.commands[0][0] == "WAIT":  # its own budget (docs/clients.md, Durable mode)
+                            deadline = time.monotonic() + self.engine.wait_budget()
                         conn, answer = await transport.exchange(request.node, request.commands, deadline, conn)
                         if request.hold or self.engine.durable is not None:
                             held = (request.node, conn)
