@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/xcloak/xcloak/clients/go/internal/testserver"
 )
 
@@ -109,6 +110,38 @@ func TestDurable(t *testing.T) {
 		}
 		if n := primary.Calls("xcloak.refund"); n != refunds {
 			t.Errorf("%s: %d refunds, want %d", policy, n, refunds)
+		}
+	}
+}
+
+// TestDurableWaitHasItsOwnBudget: a WAIT longer than the Limiter's timeout
+// (replica paused, WAIT 600 ms, Timeout 200 ms) ends as "not replicated",
+// not as a timeout of the call, since WAIT has its own budget
+// (docs/clients.md, Durable mode); deny then refunds the admission, which a
+// timeout would have left in the window. What would fail: the call and its
+// WAIT bounded by Timeout alone.
+func TestDurableWaitHasItsOwnBudget(t *testing.T) {
+	primary := testserver.Start(t, testserver.Config{})
+	replica := testserver.Start(t, testserver.Config{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(primary.Port)}})
+	if !testserver.Eventually(30*time.Second, func() bool { return testserver.Field(replica.Info("replication"), "master_link_status") == "up" }) {
+		t.Fatal("the replica never linked")
+	}
+	for _, honored := range []bool{false, true} {
+		rdb := primary.Client()
+		if honored {
+			rdb = redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, ContextTimeoutEnabled: true})
+		}
+		l := NewLimiter(rdb, Options{Timeout: 200 * time.Millisecond, ErrorPolicy: PolicyDeny,
+			Durable: &Durable{Replicas: 1, Timeout: 600 * time.Millisecond}})
+		key := fmt.Sprintf("budget:%v", honored)
+		replica.Pause()
+		r, err := l.Allow(context.Background(), key, time.Minute, 5)
+		replica.Resume()
+		if err != nil || r.Allowed || r.Via != ViaError || !errors.Is(r.Err, ErrNotReplicated) {
+			t.Errorf("ContextTimeoutEnabled %v: %+v, %v (want not replicated)", honored, r, err)
+		}
+		if n := primary.Do("ZCARD", key).(int64); n != 0 {
+			t.Errorf("ContextTimeoutEnabled %v: %d entries left after deny", honored, n)
 		}
 	}
 }

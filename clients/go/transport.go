@@ -151,7 +151,9 @@ func (l *Limiter) sendMaybeDurable(ctx context.Context, key string, cmd *redis.C
 	}
 	d := l.opt.Durable
 	acked := int64(-1)
-	err := l.bounded(ctx, func(ctx context.Context) error {
+	// The call has the Limiter's timeout and WAIT its own (docs/clients.md,
+	// Durable mode): a slow replica then shows as "not replicated".
+	err := l.bounded(ctx, l.opt.Timeout+d.Timeout, func(ctx context.Context) error {
 		conn, err := l.connOf(ctx, key)
 		if err != nil {
 			return err
@@ -235,33 +237,38 @@ func (l *Limiter) send(ctx context.Context, cmd *redis.Cmd) error {
 	return l.detached(ctx, func(ctx context.Context) error { return l.rdb.Process(ctx, noRetry{cmd}) })
 }
 
-// bounded runs f within Options.Timeout. A client that applies context
+// bounded runs f within timeout (a negative Options.Timeout: unbounded). A client that applies context
 // deadlines to its sockets (ContextTimeoutEnabled) is cut by the context;
 // any other (go-redis's default) reads until its own ReadTimeout, so f runs
 // in a goroutine of its own and the caller is answered at the deadline: the
 // command, a NoRetry one, is then read to its end in the background and
 // never sent again.
-func (l *Limiter) bounded(ctx context.Context, f func(context.Context) error) error {
+func (l *Limiter) bounded(ctx context.Context, timeout time.Duration, f func(context.Context) error) error {
 	if l.opt.Timeout < 0 {
 		return f(ctx)
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.opt.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if l.honored {
 		return f(ctx)
 	}
-	return l.detached(ctx, f)
+	return l.detachedFor(ctx, timeout, f)
 }
 
 // detached runs f in a goroutine and returns its error, or at ctx's end.
 func (l *Limiter) detached(ctx context.Context, f func(context.Context) error) error {
+	return l.detachedFor(ctx, l.opt.Timeout, f)
+}
+
+// detachedFor is detached, reporting timeout as the figure that ran out.
+func (l *Limiter) detachedFor(ctx context.Context, timeout time.Duration, f func(context.Context) error) error {
 	done := make(chan error, 1)
 	go func() { done <- f(ctx) }()
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return timeoutError{ctx.Err(), l.opt.Timeout}
+		return timeoutError{ctx.Err(), timeout}
 	}
 }
 
