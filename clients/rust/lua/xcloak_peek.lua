@@ -2,7 +2,7 @@
 -- cannot load the module (managed services). Same arguments after the key,
 -- same reply, same error texts as the command; it writes nothing.
 --
---   EVALSHA sha 1 key window limit [TIER window limit]... [COST cost] [NOW unix-ms]
+--   EVALSHA sha 1 key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [OLDEST]
 --   EVALSHA_RO sha 1 key ...   (Redis 7.0+: also on read-only replicas)
 --
 -- Reply: what xcloak_allow.lua (and XCLOAK.ALLOW) with the same arguments and
@@ -10,7 +10,8 @@
 --   {allowed, limit, remaining, retry_after_ms, reset_after_ms}
 -- of the binding tier, and with TIER a sixth element: one
 --   {window, limit, remaining, retry_after_ms, reset_after_ms}
--- per tier, in the order given. It trims nothing, records nothing, leaves the
+-- per tier, in the order given; with OLDEST, last, the stamp of the oldest
+-- entry live in the binding tier's window (-1 if none). It trims nothing, records nothing, leaves the
 -- TTL alone and never creates the key: the entries that have left the window
 -- are counted out, not removed.
 --
@@ -88,7 +89,7 @@ if not limit then
 end
 -- Tier i (1-based here) is {window, limit}; errors number TIERs from 1, as the module.
 local tiers = {{window, limit}}
-local cost, now = 1, nil
+local cost, now, oldest = 1, nil, false
 local seen = {}
 local i = 3
 while i <= #ARGV do
@@ -112,9 +113,15 @@ while i <= #ARGV do
     end
     tiers[#tiers + 1] = {tier_window, tier_limit}
     i = i + 3
+  elseif option == 'OLDEST' then
+    if oldest then
+      return fail('syntax error, OLDEST is given more than once')
+    end
+    oldest = true
+    i = i + 1
   else
     if option ~= 'COST' and option ~= 'NOW' then
-      return fail("syntax error, unknown option '" .. printable(ARGV[i]) .. "' (expected TIER, COST or NOW)")
+      return fail("syntax error, unknown option '" .. printable(ARGV[i]) .. "' (expected TIER, COST, NOW or OLDEST)")
     end
     if seen[option] then
       return fail('syntax error, ' .. option .. ' is given more than once')
@@ -217,5 +224,10 @@ local b = fields[binding or 1]
 local reply = {allowed and 1 or 0, b[2], b[3], b[4], b[5]}
 if #tiers > 1 then
   reply[#reply + 1] = fields
+end
+if oldest then
+  -- Where the binding tier's moving window starts: its oldest live entry.
+  local first = redis.call('ZRANGEBYSCORE', key, '(' .. int(now - b[1]), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  reply[#reply + 1] = first[2] and score_ms(first[2]) or -1
 end
 return reply
