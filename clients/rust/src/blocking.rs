@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, ConnectionLike, RedisResult, Value};
 
 use crate::decision::{Decision, MultiDecision};
-use crate::engine::{timeout_error, Config, Engine, Io, Shared};
+use crate::engine::{timeout_error, Config, Engine, Io, Shared, Then};
 use crate::error::{Error, Policy};
 use crate::limiter::Builder;
 use crate::request::Request;
@@ -38,6 +38,27 @@ const MAX_IDLE: usize = 16;
 
 impl Pool {
     fn send(&self, cmds: &[Cmd], deadline: Instant) -> RedisResult<Vec<Value>> {
+        self.with_connection(deadline, |conn| request(conn, cmds))
+    }
+
+    /// `cmd`, then what `then` makes of its reply, on the same connection.
+    fn send_then(&self, cmd: &Cmd, then: &Then<'_>, deadline: Instant) -> RedisResult<(Value, Option<RedisResult<Value>>)> {
+        self.with_connection(deadline, |conn| {
+            let reply = conn.req_command(cmd)?;
+            let follow = then(&reply).map(|next| conn.req_command(&next));
+            // A follow-up that failed without a server's answer leaves the
+            // connection out of step: the caller's result says so, and the
+            // connection is dropped.
+            match follow {
+                Some(Err(error)) if error.code().is_none() => Err(error),
+                follow => Ok((reply, follow)),
+            }
+        })
+    }
+
+    /// Runs `f` on a connection of the pool (or a new one), bounded by
+    /// `deadline`, and keeps the connection only if it is in step.
+    fn with_connection<R>(&self, deadline: Instant, f: impl FnOnce(&mut redis::Connection) -> RedisResult<R>) -> RedisResult<R> {
         let left = |deadline: Instant| {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -54,15 +75,7 @@ impl Pool {
         let timeout = left(deadline)?;
         conn.set_read_timeout(Some(timeout))?;
         conn.set_write_timeout(Some(timeout))?;
-        let result = if let [cmd] = cmds {
-            conn.req_command(cmd).map(|reply| vec![reply])
-        } else {
-            let mut pipe = redis::pipe();
-            for cmd in cmds {
-                pipe.add_command(cmd.clone());
-            }
-            conn.req_packed_commands(&pipe.get_packed_pipeline(), 0, cmds.len())
-        };
+        let result = f(&mut conn);
         // A server's error leaves the connection in step; anything else (a
         // timeout, a reset) may not: drop it.
         let healthy = match &result {
@@ -79,11 +92,26 @@ impl Pool {
     }
 }
 
+fn request(conn: &mut redis::Connection, cmds: &[Cmd]) -> RedisResult<Vec<Value>> {
+    if let [cmd] = cmds {
+        return conn.req_command(cmd).map(|reply| vec![reply]);
+    }
+    let mut pipe = redis::pipe();
+    for cmd in cmds {
+        pipe.add_command(cmd.clone());
+    }
+    conn.req_packed_commands(&pipe.get_packed_pipeline(), 0, cmds.len())
+}
+
 struct BlockingIo<'a>(&'a Pool);
 
 impl Io for BlockingIo<'_> {
     async fn send(&self, _key: &[u8], _read: bool, cmds: &[Cmd], deadline: Instant) -> RedisResult<Vec<Value>> {
         self.0.send(cmds, deadline)
+    }
+
+    async fn send_then(&self, _key: &[u8], cmd: &Cmd, then: &Then<'_>, deadline: Instant) -> RedisResult<(Value, Option<RedisResult<Value>>)> {
+        self.0.send_then(cmd, then, deadline)
     }
 
     async fn slot_map(&self, _deadline: Instant) -> RedisResult<Option<Vec<SlotRange>>> {

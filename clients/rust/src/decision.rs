@@ -1,6 +1,6 @@
 //! The pure core: a reply becomes a [`Decision`], several become a
 //! [`MultiDecision`]. No I/O here; the conformance vectors drive it without a
-//! server (tests/vectors_pure.rs).
+//! server (tests/vectors.rs).
 
 use std::time::Duration;
 
@@ -60,17 +60,32 @@ pub struct Decision {
     /// With `stamp`: the admission's stamp, the handle `refund` takes; `None`
     /// when rejected or not asked.
     pub stamp: Option<u64>,
+    /// A peek with `oldest`: the stamp (unix ms) of the oldest entry live in
+    /// the binding tier's window, where a moving window starts; `None` when
+    /// that window is empty or not asked.
+    pub oldest: Option<u64>,
     pub via: Via,
     /// With `via = Via::Error`: the outage or timeout that the policy answered.
     pub error: Option<Unavailable>,
 }
 
 impl Decision {
-    /// Reads the reply to `request` (sent as `XCLOAK.ALLOW ... DETAILS`, with
-    /// `STAMP` when `request.stamp`, or as `XCLOAK.PEEK`, or through the
-    /// scripts, which answer the same).
+    /// Reads the reply to `request` sent as [`Request::allow_command`]
+    /// (`XCLOAK.ALLOW ... DETAILS`, with `STAMP` when `request.stamp`), or
+    /// through the allow script, which answers the same.
     pub fn from_reply(reply: &Value, request: &Request, via: Via) -> Result<Decision, Error> {
-        let bad = || Error::Client(format!("an xcloak reply is five integers, a tier list and a stamp, not {reply:?}"));
+        Decision::read(reply, request, via, Last::Stamp)
+    }
+
+    /// Reads the reply to `request` sent as [`Request::peek_command`]
+    /// (`XCLOAK.PEEK`, with `OLDEST` when `request.oldest`), or through the
+    /// peek script.
+    pub fn from_peek_reply(reply: &Value, request: &Request, via: Via) -> Result<Decision, Error> {
+        Decision::read(reply, request, via, Last::Oldest)
+    }
+
+    fn read(reply: &Value, request: &Request, via: Via, last: Last) -> Result<Decision, Error> {
+        let bad = || Error::Client(format!("an xcloak reply is five integers, a tier list and a stamp or the oldest entry, not {reply:?}"));
         let Value::Array(items) = reply else { return Err(bad()) };
         if items.len() < 5 {
             return Err(bad());
@@ -96,9 +111,14 @@ impl Decision {
             }
             next = rest.next();
         }
-        let stamp = match next {
-            Some(value) => int(value).ok_or_else(bad)?,
-            None => -1,
+        // The last element: ALLOW's stamp with STAMP, PEEK's oldest entry with OLDEST (−1: none).
+        let last_value = match next {
+            Some(value) => u64::try_from(int(value).ok_or_else(bad)?).ok(),
+            None => None,
+        };
+        let (stamp, oldest) = match last {
+            Last::Stamp => (last_value, None),
+            Last::Oldest => (None, last_value),
         };
         let [allowed, limit, remaining, retry_after_ms, reset_after_ms] = [fields[0], fields[1], fields[2], fields[3], fields[4]];
         // The reply gives the binding tier's fields but not its index: the first
@@ -123,7 +143,8 @@ impl Decision {
             window,
             tier,
             tiers,
-            stamp: u64::try_from(stamp).ok(),
+            stamp,
+            oldest,
             via,
             error: None,
         })
@@ -143,6 +164,7 @@ impl Decision {
             tier: 0,
             tiers: Vec::new(),
             stamp: None,
+            oldest: None,
             via: Via::Error,
             error: Some(error),
         }
@@ -157,6 +179,13 @@ impl Decision {
             self.tiers.iter().map(|t| (t.window, t.limit, t.remaining, t.reset_after)).collect()
         }
     }
+}
+
+/// What the element after the tiers is.
+#[derive(Clone, Copy)]
+enum Last {
+    Stamp,
+    Oldest,
 }
 
 fn int(value: &Value) -> Option<i64> {
@@ -231,6 +260,12 @@ mod tests {
         let d = Decision::from_reply(&never, &Request::new("k", Duration::from_secs(1), 2).cost(3).stamp(), Via::Command).unwrap();
         assert_eq!((d.retry_after, d.cost_exceeds_limit, d.stamp), (None, true, None));
         assert!(Decision::from_reply(&Value::Int(1), &request, Via::Command).is_err());
+        // A peek's last element is the oldest entry (−1: none), never a stamp.
+        let peek = reply("*6\r\n:0\r\n:3\r\n:0\r\n:59800\r\n:59900\r\n:1700000000100\r\n");
+        let d = Decision::from_peek_reply(&peek, &Request::new("k", Duration::from_secs(60), 3).oldest().stamp(), Via::Command).unwrap();
+        assert_eq!((d.oldest, d.stamp), (Some(1_700_000_000_100), None));
+        let empty = reply("*6\r\n:1\r\n:3\r\n:3\r\n:0\r\n:0\r\n:-1\r\n");
+        assert_eq!(Decision::from_peek_reply(&empty, &Request::new("k", Duration::from_secs(60), 3).oldest(), Via::Command).unwrap().oldest, None);
     }
 
     #[test]

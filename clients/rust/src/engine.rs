@@ -42,8 +42,10 @@ pub enum Fallback {
     Never,
 }
 
-/// Durable mode: an admission counts only once `replicas` replicas hold it
-/// (`WAIT replicas timeout`, pipelined after the call on the same connection).
+/// Durable mode: an admission counts only once `replicas` replicas hold it:
+/// `WAIT replicas timeout` after the reply of an admitting allow (and of a
+/// refund), on the connection that carried the call. Rejections and peeks
+/// send no `WAIT`; an allow always carries `STAMP`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Durable {
     pub replicas: u32,
@@ -136,9 +138,15 @@ impl Shared {
     }
 }
 
+/// What follows a reply on its connection: `Some(WAIT ...)` after a write.
+pub(crate) type Then<'t> = dyn Fn(&Value) -> Option<Cmd> + Send + Sync + 't;
+
 /// The I/O an [`Engine`] needs. `deadline` bounds the whole exchange.
 pub(crate) trait Io: Sync {
     fn send(&self, key: &[u8], read: bool, cmds: &[Cmd], deadline: Instant) -> impl Future<Output = RedisResult<Vec<Value>>> + Send;
+    /// `cmd` to the primary serving `key`, then, once its reply is in,
+    /// `then(&reply)` on the same connection (see [`Transport::send_then`](crate::Transport::send_then)).
+    fn send_then(&self, key: &[u8], cmd: &Cmd, then: &Then<'_>, deadline: Instant) -> impl Future<Output = RedisResult<(Value, Option<RedisResult<Value>>)>> + Send;
     fn slot_map(&self, deadline: Instant) -> impl Future<Output = RedisResult<Option<Vec<SlotRange>>>> + Send;
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send;
 }
@@ -178,27 +186,26 @@ impl Args<'_> {
 struct Exchange {
     reply: Value,
     via: Via,
-    /// The reply of the pipelined `WAIT`, in durable mode.
+    /// In durable mode, the reply of the `WAIT` sent after a reply that wrote;
+    /// `None` when nothing was written (a rejection) or not durable.
     wait: Option<RedisResult<Value>>,
 }
 
-/// The replies of one exchange, in order, server errors as `Err`.
-enum Replies {
-    Values(std::vec::IntoIter<Value>),
-    Refused(Option<RedisError>),
+/// A server error reply as `Err`.
+fn server_error_as_err(value: Value) -> RedisResult<Value> {
+    match value {
+        Value::ServerError(error) => Err(error.into()),
+        value => Ok(value),
+    }
 }
 
-impl Iterator for Replies {
-    type Item = RedisResult<Value>;
-
-    fn next(&mut self) -> Option<RedisResult<Value>> {
-        match self {
-            Replies::Values(values) => values.next().map(|value| match value {
-                Value::ServerError(error) => Err(error.into()),
-                value => Ok(value),
-            }),
-            Replies::Refused(error) => error.take().map(Err),
-        }
+/// Whether a reply to `op` wrote: an admission (`allowed` is 1), or a
+/// refund's count. Only then does durable mode send `WAIT`.
+fn wrote(op: Op, reply: &Value) -> bool {
+    match (op, reply) {
+        (Op::Allow { .. }, Value::Array(items)) => items.first() == Some(&Value::Int(1)),
+        (Op::Refund, Value::Int(_)) => true,
+        _ => false,
     }
 }
 
@@ -240,11 +247,16 @@ impl<I: Io> Engine<'_, I> {
     }
 
     pub async fn allow(&self, request: &Request) -> Result<Decision, Error> {
-        // Durable mode under `deny` refunds an admission that was not
-        // replicated: it needs the stamp.
-        let stamp = request.stamp || (self.config.durable.is_some() && self.config.policy == Policy::Deny);
-        let request = self.prepare(request, stamp);
-        let result = self.allow_once(&request, self.deadline(true)).await;
+        // In durable mode an allow always carries STAMP (the `deny` path
+        // refunds by it); the Decision shows it only if asked.
+        let asked = request.stamp;
+        let request = self.prepare(request, asked || self.config.durable.is_some());
+        let result = self.allow_once(&request, self.deadline(true)).await.map(|mut decision| {
+            if !asked {
+                decision.stamp = None;
+            }
+            decision
+        });
         self.policy(&request, result)
     }
 
@@ -253,9 +265,12 @@ impl<I: Io> Engine<'_, I> {
         let exchange = self.exchange(op, &request.key, Args::Window(request, op), true, deadline).await?;
         let decision = Decision::from_reply(&exchange.reply, request, exchange.via)?;
         let (Some(durable), true) = (self.config.durable, decision.allowed) else { return Ok(decision) };
-        let acknowledged = match exchange.wait {
-            Some(Ok(Value::Int(n))) => u64::try_from(n).unwrap_or(0),
-            _ => 0,
+        let (acknowledged, lost) = match exchange.wait {
+            Some(Ok(Value::Int(n))) => (u64::try_from(n).unwrap_or(0), String::new()),
+            // WAIT refused (NOPERM, a replica): the caller's configuration, raised.
+            Some(Err(error)) if error.code().is_some() && !Error::from_redis(&error).is_unavailable() => return Err(Error::from_redis(&error)),
+            Some(Err(error)) => (0, format!(" ({error})")),
+            other => (0, format!(" (WAIT answered {other:?})")),
         };
         if acknowledged >= u64::from(durable.replicas) {
             return Ok(decision);
@@ -268,7 +283,7 @@ impl<I: Io> Engine<'_, I> {
         }
         Err(Error::unavailable(
             Cause::NotReplicated { acknowledged, wanted: durable.replicas },
-            format!("not replicated: WAIT {} {} counted {acknowledged}", durable.replicas, durable.timeout.as_millis()),
+            format!("not replicated: WAIT {} {} counted {acknowledged}{lost}", durable.replicas, durable.timeout.as_millis()),
         ))
     }
 
@@ -277,7 +292,7 @@ impl<I: Io> Engine<'_, I> {
         let deadline = self.deadline(false);
         let result = async {
             let exchange = self.exchange(Op::Peek, &request.key, Args::Window(&request, Op::Peek), false, deadline).await?;
-            Decision::from_reply(&exchange.reply, &request, exchange.via)
+            Decision::from_peek_reply(&exchange.reply, &request, exchange.via)
         }
         .await;
         self.policy(&request, result)
@@ -302,11 +317,11 @@ impl<I: Io> Engine<'_, I> {
         let key = format!("{}{key}", self.config.prefix);
         let mut del = redis::cmd("DEL");
         del.arg(&key);
-        let mut replies = self.send(&key, false, del, false, self.deadline(false)).await?;
-        match replies.next() {
-            Some(Ok(Value::Int(n))) => Ok(n > 0),
-            Some(Err(error)) => Err(Error::from_redis(&error)),
-            other => Err(Error::Client(format!("DEL answers a count, not {other:?}"))),
+        let (reply, _) = self.send(&key, false, del, None, self.deadline(false)).await?;
+        match reply {
+            Ok(Value::Int(n)) => Ok(n > 0),
+            Err(error) => Err(Error::from_redis(&error)),
+            Ok(other) => Err(Error::Client(format!("DEL answers a count, not {other:?}"))),
         }
     }
 
@@ -375,26 +390,32 @@ impl<I: Io> Engine<'_, I> {
     /// Sends one call, by the command or by the script, and returns its reply.
     async fn exchange(&self, op: Op, key: &str, args: Args<'_>, wait: bool, deadline: Instant) -> Result<Exchange, Error> {
         let read = op == Op::Peek && self.config.read_from_replicas;
-        let wait = wait && self.config.durable.is_some() && op != Op::Peek;
+        // Durable mode: WAIT after a reply that wrote, on its connection.
+        let wait_cmd = self.config.durable.filter(|_| wait && op != Op::Peek).map(|durable| {
+            let mut wait = redis::cmd("WAIT");
+            wait.arg(durable.replicas).arg(u64::try_from(durable.timeout.as_millis()).unwrap_or(u64::MAX));
+            wait
+        });
+        let then = wait_cmd.map(|wait| move |reply: &Value| wrote(op, reply).then(|| wait.clone()));
+        let then = then.as_ref().map(|t| t as &Then<'_>);
         let path = self.path(key, read, deadline).await;
         if path != Path::Script {
             let mut cmd = redis::cmd(op.command());
             cmd.arg(key);
             args.write(&mut cmd)?;
-            let mut replies = self.send(key, read, cmd, wait, deadline).await?;
-            match replies.next() {
-                Some(Ok(reply)) => {
+            let (reply, wait) = self.send(key, read, cmd, then, deadline).await?;
+            match reply {
+                Ok(reply) => {
                     if path == Path::Probe {
                         self.mark(key, read, None, deadline).await;
                     }
-                    return Ok(Exchange { reply, via: Via::Command, wait: replies.next() });
+                    return Ok(Exchange { reply, via: Via::Command, wait });
                 }
                 // Nothing was applied: the script answers, here and from now on.
-                Some(Err(error)) if self.config.fallback == Fallback::Auto && is_unknown_command(&error) => {
+                Err(error) if self.config.fallback == Fallback::Auto && is_unknown_command(&error) => {
                     self.mark(key, read, Some(Instant::now()), deadline).await;
                 }
-                Some(Err(error)) => return Err(Error::from_redis(&error)),
-                None => return Err(Error::Client("no reply".into())),
+                Err(error) => return Err(Error::from_redis(&error)),
             }
         }
         let script = match op {
@@ -414,37 +435,37 @@ impl<I: Io> Engine<'_, I> {
             };
             cmd.arg(if by_text { script.code } else { script.sha.as_str() }).arg(1).arg(key);
             args.write(&mut cmd)?;
-            let mut replies = self.send(key, read, cmd, wait, deadline).await?;
-            match replies.next() {
-                Some(Ok(reply)) => return Ok(Exchange { reply, via: Via::Script, wait: replies.next() }),
+            let (reply, wait) = self.send(key, read, cmd, then, deadline).await?;
+            match reply {
+                Ok(reply) => return Ok(Exchange { reply, via: Via::Script, wait }),
                 // Redis before 7.0 has no EVALSHA_RO: EVALSHA on that node from now on.
-                Some(Err(error)) if read_only && is_unknown_command(&error) => {
+                Err(error) if read_only && is_unknown_command(&error) => {
                     self.nodes().entry(node.clone()).or_default().no_read_only_scripts = true;
                     read_only = false;
                 }
                 // Not cached there (a restart, SCRIPT FLUSH, a new node): the
                 // text runs it once and caches it.
-                Some(Err(error)) if !by_text && error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => by_text = true,
-                Some(Err(error)) => return Err(Error::from_redis(&error)),
-                None => return Err(Error::Client("no reply".into())),
+                Err(error) if !by_text && error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => by_text = true,
+                Err(error) => return Err(Error::from_redis(&error)),
             }
         }
     }
 
-    /// Sends `cmd` (and `WAIT` in durable mode) once; one result per command.
-    async fn send(&self, key: &str, read: bool, cmd: Cmd, wait: bool, deadline: Instant) -> Result<Replies, Error> {
-        let result = match (wait, self.config.durable) {
-            (true, Some(durable)) => {
-                let mut wait = redis::cmd("WAIT");
-                wait.arg(durable.replicas).arg(u64::try_from(durable.timeout.as_millis()).unwrap_or(u64::MAX));
-                self.io.send(key.as_bytes(), read, &[cmd, wait], deadline).await
-            }
-            _ => self.io.send(key.as_bytes(), read, std::slice::from_ref(&cmd), deadline).await,
+    /// Sends `cmd` once (and, with `then`, what follows its reply on the same
+    /// connection). The reply, a server's refusal as `Err`; `Err` of the call
+    /// for an outage.
+    async fn send(&self, key: &str, read: bool, cmd: Cmd, then: Option<&Then<'_>>, deadline: Instant) -> Result<(RedisResult<Value>, Option<RedisResult<Value>>), Error> {
+        let result = match then {
+            Some(then) => self.io.send_then(key.as_bytes(), &cmd, then, deadline).await,
+            None => self.io.send(key.as_bytes(), read, std::slice::from_ref(&cmd), deadline).await.and_then(|replies| {
+                let reply = replies.into_iter().next().ok_or_else(|| RedisError::from((redis::ErrorKind::UnexpectedReturnType, "no reply")))?;
+                Ok((reply, None))
+            }),
         };
         match result {
-            Ok(replies) => Ok(Replies::Values(replies.into_iter())),
-            // A server's refusal of the one command (the replies are not separate).
-            Err(error) if error.code().is_some() => Ok(Replies::Refused(Some(error))),
+            Ok((reply, wait)) => Ok((server_error_as_err(reply), wait.map(|w| w.and_then(server_error_as_err)))),
+            // A server's refusal of the command.
+            Err(error) if error.code().is_some() => Ok((Err(error), None)),
             Err(error) => Err(Error::from_redis(&error)),
         }
     }

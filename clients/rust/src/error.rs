@@ -45,7 +45,8 @@ pub enum Cause {
     /// A connection refused, reset or closed.
     Connection,
     /// A server that can't serve now: `LOADING`, `BUSY`, `MASTERDOWN`,
-    /// `CLUSTERDOWN`, `TRYAGAIN`, `READONLY`, `NOREPLICAS`, `OOM`.
+    /// `CLUSTERDOWN`, `TRYAGAIN`, `READONLY`, `NOREPLICAS`, `OOM`, or `ERR`
+    /// for `ERR max number of clients reached`.
     Server { code: String },
     /// Durable mode: `WAIT` counted fewer replicas than asked.
     NotReplicated { acknowledged: u64, wanted: u32 },
@@ -53,6 +54,10 @@ pub enum Cause {
 
 /// Server error codes that mean "can't serve now", not "you asked wrongly".
 const UNAVAILABLE_CODES: [&str; 8] = ["LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS", "OOM"];
+
+/// The one `ERR` that is an outage: the server is at `maxclients` (it then
+/// closes the connection; nothing was applied).
+const MAX_CLIENTS: &str = "max number of clients reached";
 
 impl Error {
     /// The server's message verbatim for [`Error::Server`], else the error's text.
@@ -79,7 +84,7 @@ impl Error {
                 Some(detail) if !detail.is_empty() => format!("{code} {detail}"),
                 _ => code.to_string(),
             };
-            if UNAVAILABLE_CODES.contains(&code) {
+            if UNAVAILABLE_CODES.contains(&code) || (code == "ERR" && error.detail().is_some_and(|d| d.starts_with(MAX_CLIENTS))) {
                 return Error::unavailable(Cause::Server { code: code.to_string() }, message);
             }
             return Error::Server { code: code.to_string(), message };
@@ -165,6 +170,8 @@ mod tests {
             let error = Error::from_redis(&server(&format!("{code} try later")));
             assert_eq!(error, Error::unavailable(Cause::Server { code: code.into() }, format!("{code} try later")), "{code}");
         }
+        let full = Error::from_redis(&server("ERR max number of clients reached"));
+        assert_eq!(full, Error::unavailable(Cause::Server { code: "ERR".into() }, "ERR max number of clients reached"));
         let reset = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset"));
         assert!(matches!(Error::from_redis(&reset), Error::Unavailable(Unavailable { cause: Cause::Connection, .. })));
         let timeout = RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "slow"));

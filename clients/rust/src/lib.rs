@@ -28,7 +28,7 @@
 //! # How it is built
 //!
 //! The core is pure: [`Request`] becomes the canonical command,
-//! [`Decision::from_reply`] turns a reply into a [`Decision`],
+//! [`Decision::from_reply`] (and [`Decision::from_peek_reply`]) turns a reply into a [`Decision`],
 //! [`Decision::headers`] a decision into an `http::HeaderMap`, and
 //! [`acquire_step`] plans `acquire`'s sleeps; the conformance vectors of
 //! docs/clients.md drive it without a server. The calls (`allow`, `peek`,

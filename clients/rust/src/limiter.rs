@@ -7,7 +7,7 @@ use redis::{Cmd, RedisResult, Value};
 
 use crate::clock::Clock;
 use crate::decision::{Decision, MultiDecision};
-use crate::engine::{timeout_error, Config, Durable, Engine, Fallback, Io, Shared};
+use crate::engine::{timeout_error, Config, Durable, Engine, Fallback, Io, Shared, Then};
 use crate::error::{Error, Policy};
 use crate::request::Request;
 use crate::transport::{SlotRange, Transport};
@@ -96,7 +96,10 @@ impl<T> Builder<T> {
     }
 
     /// Durable mode: an admission counts once `replicas` replicas hold it
-    /// (`WAIT replicas timeout`), else it goes to the error policy.
+    /// (`WAIT replicas timeout` after its reply, on the same connection), else
+    /// it goes to the error policy; under `Deny` it is also refunded. Every
+    /// allow then carries `STAMP` (shown in the Decision only if asked);
+    /// rejections and peeks send no `WAIT`.
     pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
         self.config.durable = Some(Durable { replicas, timeout });
         self
@@ -156,6 +159,13 @@ impl<T: Transport> Io for AsyncIo<'_, T> {
         }
     }
 
+    async fn send_then(&self, key: &[u8], cmd: &Cmd, then: &Then<'_>, deadline: Instant) -> RedisResult<(Value, Option<RedisResult<Value>>)> {
+        match tokio::time::timeout_at(deadline.into(), self.0.send_then(key, cmd, then)).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(timeout_error()),
+        }
+    }
+
     async fn slot_map(&self, deadline: Instant) -> RedisResult<Option<Vec<SlotRange>>> {
         match tokio::time::timeout_at(deadline.into(), self.0.slot_map()).await {
             Ok(result) => result,
@@ -203,7 +213,8 @@ impl<T: Transport> Limiter<T> {
     }
 
     /// `XCLOAK.PEEK`: what `allow` would decide now; records nothing. Goes to a
-    /// replica with [`Builder::read_from_replicas`].
+    /// replica with [`Builder::read_from_replicas`]. With [`Request::oldest`],
+    /// the Decision's `oldest` is where the binding tier's moving window starts.
     pub async fn peek(&self, request: &Request) -> Result<Decision, Error> {
         self.engine().peek(request).await
     }
@@ -223,7 +234,9 @@ impl<T: Transport> Limiter<T> {
     /// Waits until admitted, with the server's own retry-after (plus jitter),
     /// never by polling, for at most `max_wait`; returns the last Decision.
     /// Dropping the future cancels the wait; a cancelled wait has recorded
-    /// nothing, since only an admission records.
+    /// nothing, since only an admission records. A call already sent when the
+    /// future is dropped may still be admitted: recorded, unreported, never
+    /// sent again (as with a timeout).
     pub async fn acquire(&self, request: &Request, max_wait: Duration) -> Result<Decision, Error> {
         self.engine().acquire(request, max_wait).await
     }

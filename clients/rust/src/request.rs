@@ -50,7 +50,11 @@ pub struct Request {
     /// Units this request takes (default 1, then not sent).
     pub cost: u64,
     /// Ask for the admission's stamp (`STAMP`), the handle [`refund`](crate::Limiter::refund) takes.
+    /// An `allow` option; a peek ignores it.
     pub stamp: bool,
+    /// Ask for the oldest entry live in the binding tier's window (`OLDEST`),
+    /// the Decision's `oldest`. A `peek` option; an allow ignores it.
+    pub oldest: bool,
     /// The server's notion of now, in unix milliseconds (`NOW`), for replays and
     /// tests. `None` (the default) lets the server's clock decide; a limiter built
     /// with a [`Clock`](crate::Clock) fills it from that clock.
@@ -60,7 +64,7 @@ pub struct Request {
 impl Request {
     /// At most `limit` units of cost per `window` on `key`.
     pub fn new(key: impl Into<String>, window: Duration, limit: u64) -> Request {
-        Request { key: key.into(), window, limit, tiers: Vec::new(), cost: 1, stamp: false, now: None }
+        Request { key: key.into(), window, limit, tiers: Vec::new(), cost: 1, stamp: false, oldest: false, now: None }
     }
 
     /// Adds a tier: also at most `limit` per `window` on the same key.
@@ -87,6 +91,13 @@ impl Request {
         self
     }
 
+    /// Asks a peek for the stamp of the oldest entry live in the binding
+    /// tier's window, where a moving window starts (the Decision's `oldest`).
+    pub fn oldest(mut self) -> Request {
+        self.oldest = true;
+        self
+    }
+
     /// Decides at `now_ms` (unix milliseconds) instead of the server's clock.
     pub fn now(mut self, now_ms: u64) -> Request {
         self.now = Some(now_ms);
@@ -103,7 +114,7 @@ impl Request {
         Ok(cmd)
     }
 
-    /// The canonical `XCLOAK.PEEK key window limit [TIER w l]... [COST c] [NOW t]`.
+    /// The canonical `XCLOAK.PEEK key window limit [TIER w l]... [COST c] [NOW t] [OLDEST]`.
     pub fn peek_command(&self) -> Result<Cmd, Error> {
         let mut cmd = redis::cmd("XCLOAK.PEEK");
         cmd.arg(&self.key);
@@ -124,11 +135,17 @@ impl Request {
         if let Some(now) = self.now {
             cmd.arg("NOW").arg(now);
         }
-        if let Op::Allow { stamp } = op {
-            cmd.arg("DETAILS");
-            if stamp {
-                cmd.arg("STAMP");
+        match op {
+            Op::Allow { stamp } => {
+                cmd.arg("DETAILS");
+                if stamp {
+                    cmd.arg("STAMP");
+                }
             }
+            Op::Peek if self.oldest => {
+                cmd.arg("OLDEST");
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -197,6 +214,12 @@ mod tests {
     #[test]
     fn the_canonical_order_is_tiers_cost_now_details_stamp() {
         let request = Request::new("k", Duration::from_secs(1), 3).tier(Duration::from_secs(60), 5).cost(2).now(7).stamp();
+        // OLDEST is a peek's, last; STAMP an allow's.
+        assert_eq!(
+            args(&request.clone().oldest().peek_command().unwrap()),
+            ["XCLOAK.PEEK", "k", "1000", "3", "TIER", "60000", "5", "COST", "2", "NOW", "7", "OLDEST"]
+        );
+        assert_eq!(args(&request.clone().oldest().allow_command().unwrap()), args(&request.allow_command().unwrap()));
         assert_eq!(
             args(&request.allow_command().unwrap()),
             ["XCLOAK.ALLOW", "k", "1000", "3", "TIER", "60000", "5", "COST", "2", "NOW", "7", "DETAILS", "STAMP"]

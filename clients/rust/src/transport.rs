@@ -39,11 +39,43 @@ pub trait Transport: Send + Sync + 'static {
     /// error may come back as a `Value::ServerError` reply or as the `Err`.
     fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a;
 
+    /// Sends `cmd` to the primary serving `key`, once, and when its reply is
+    /// in and `then(&reply)` gives a command, sends that one after it **on the
+    /// same connection** (the node that answered, after any redirection), once:
+    /// durable mode's `WAIT`, which waits for its connection's last write, sent
+    /// only after a reply that wrote. Returns the reply and the follow-up's
+    /// result (`None` when `then` gave none).
+    ///
+    /// The default sends both through [`send`](Transport::send), which is the
+    /// same connection for a single server's multiplexed connection or
+    /// connection manager. A wrapper around a cluster connection should
+    /// forward this method to it.
+    fn send_then<'a>(
+        &'a self,
+        key: &'a [u8],
+        cmd: &'a Cmd,
+        then: &'a (dyn Fn(&Value) -> Option<Cmd> + Send + Sync + 'a),
+    ) -> impl Future<Output = RedisResult<(Value, Option<RedisResult<Value>>)>> + Send + 'a {
+        async move {
+            let reply = first(self.send(key, false, std::slice::from_ref(cmd)).await?)?;
+            let follow = match then(&reply) {
+                Some(next) => Some(self.send(key, false, std::slice::from_ref(&next)).await.and_then(first)),
+                None => None,
+            };
+            Ok((reply, follow))
+        }
+    }
+
     /// A cluster's slot map, for the fallback's per-node choice; `None` (the
     /// default) for a single server.
     fn slot_map(&self) -> impl Future<Output = RedisResult<Option<Vec<SlotRange>>>> + Send + '_ {
         async { Ok(None) }
     }
+}
+
+/// The one reply of a one-command send.
+fn first(replies: Vec<Value>) -> RedisResult<Value> {
+    replies.into_iter().next().ok_or_else(|| redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "no reply")))
 }
 
 /// Any single-server connection of the `redis` crate.
@@ -112,33 +144,56 @@ mod cluster {
         Some((kind, host.to_string(), port.parse().ok()?))
     }
 
+    /// Sends `cmds` to the node serving `key`, following `MOVED` and `ASK`
+    /// (the node did not run the call); the result and the node that gave it.
+    async fn routed(conn: &mut ClusterConnection, key: &[u8], read: bool, cmds: &[Cmd]) -> (RedisResult<Vec<Value>>, SingleNodeRoutingInfo) {
+        let slot_addr = if read { SlotAddr::ReplicaRequired } else { SlotAddr::Master };
+        let mut route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, slot_addr));
+        let mut asking = false;
+        for _ in 0..=MAX_REDIRECTS {
+            let result = if cmds.len() == 1 && !asking {
+                conn.route_command(cmds[0].clone(), RoutingInfo::SingleNode(route.clone())).await.map(|v| vec![v])
+            } else {
+                let mut pipe = redis::pipe();
+                if asking {
+                    pipe.cmd("ASKING");
+                }
+                for cmd in cmds {
+                    pipe.add_command(cmd.clone());
+                }
+                conn.route_pipeline(pipe, usize::from(asking), cmds.len(), route.clone()).await
+            };
+            // MOVED and ASK: the node did not run the call. Go where it says.
+            let Some((kind, host, port)) = redirect_of(&result) else { return (result, route) };
+            asking = kind == ServerErrorKind::Ask;
+            route = SingleNodeRoutingInfo::ByAddress { host, port };
+        }
+        (Err(RedisError::from((ErrorKind::Server(ServerErrorKind::TryAgain), "redirected more than 3 times"))), route)
+    }
+
     impl Transport for ClusterConnection {
         fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
             let mut conn = self.clone();
+            async move { routed(&mut conn, key, read, cmds).await.0 }
+        }
+
+        /// The follow-up goes to the node that answered (its one connection
+        /// of this client), after a redirection too.
+        fn send_then<'a>(
+            &'a self,
+            key: &'a [u8],
+            cmd: &'a Cmd,
+            then: &'a (dyn Fn(&Value) -> Option<Cmd> + Send + Sync + 'a),
+        ) -> impl Future<Output = RedisResult<(Value, Option<RedisResult<Value>>)>> + Send + 'a {
+            let mut conn = self.clone();
             async move {
-                let slot_addr = if read { SlotAddr::ReplicaRequired } else { SlotAddr::Master };
-                let mut route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, slot_addr));
-                let mut asking = false;
-                for _ in 0..=MAX_REDIRECTS {
-                    let mut pipe = redis::pipe();
-                    if asking {
-                        pipe.cmd("ASKING");
-                    }
-                    for cmd in cmds {
-                        pipe.add_command(cmd.clone());
-                    }
-                    let offset = usize::from(asking);
-                    let result = if cmds.len() == 1 && !asking {
-                        conn.route_command(cmds[0].clone(), RoutingInfo::SingleNode(route.clone())).await.map(|v| vec![v])
-                    } else {
-                        conn.route_pipeline(pipe, offset, cmds.len(), route.clone()).await
-                    };
-                    // MOVED and ASK: the node did not run the call. Go where it says.
-                    let Some((kind, host, port)) = redirect_of(&result) else { return result };
-                    asking = kind == ServerErrorKind::Ask;
-                    route = SingleNodeRoutingInfo::ByAddress { host, port };
-                }
-                Err(RedisError::from((ErrorKind::Server(ServerErrorKind::TryAgain), "redirected more than 3 times")))
+                let (result, route) = routed(&mut conn, key, false, std::slice::from_ref(cmd)).await;
+                let reply = first(result?)?;
+                let follow = match then(&reply) {
+                    Some(next) => Some(conn.route_command(next, RoutingInfo::SingleNode(route)).await),
+                    None => None,
+                };
+                Ok((reply, follow))
             }
         }
 

@@ -2,7 +2,10 @@
 //! goes straight to its key's node (0 MOVED, counted by the servers), peeks go
 //! to replicas when asked, a MOVED or ASK of a moving slot is followed once,
 //! the fallback is chosen per node in a cluster where one primary lacks the
-//! module, and a call into a paused primary runs once. It also shows why
+//! module, and a call into a paused primary runs once. Durable mode sends WAIT
+//! to the node that admitted (after a MOVED or an ASK too), none after a
+//! rejection; allow_all with a paused primary at request 1 refunds request 0
+//! and answers by the policy once. It also shows why
 //! `cluster_client` sets `retries(0)`: with the `redis` crate's default
 //! retries and a response timeout, one timed-out ALLOW runs several times.
 mod support;
@@ -12,7 +15,7 @@ use std::time::Duration;
 
 use redis::cluster_async::ClusterConnection;
 use support::{Cluster, Server};
-use xcloak_client::{cluster_client, Limiter, Request, Via};
+use xcloak_client::{cluster_client, Limiter, Policy, Request, Via};
 
 const KEYS: usize = 120;
 
@@ -68,6 +71,38 @@ async fn calls_reach_the_key_node_directly_and_peeks_the_replicas() {
     }
     assert_eq!((cluster.sum(&primaries, |n| n.calls("xcloak.peek")), moved(&cluster)), (10, 0));
     println!("{} admitted of {}, 0 MOVED, per primary {per_primary:?}; {KEYS} peeks on replicas", 3 * KEYS, 4 * KEYS);
+
+    // Durable mode: WAIT after each admission, on the key's primary, and
+    // none after a rejection.
+    let durable = Limiter::builder(connect(&cluster, false).await).durable(1, Duration::from_secs(2)).build();
+    cluster.reset_stats();
+    for round in 0..2 {
+        for k in 0..30 {
+            let d = durable.allow(&minute(&format!("dur:{k}"), 1)).await.unwrap();
+            assert_eq!((d.allowed, d.via, d.stamp), (round == 0, Via::Command, None), "round {round} key {k}");
+        }
+    }
+    for primary in &primaries {
+        assert_eq!(primary.calls("wait"), primary.calls("xcloak.allow") / 2, "node {}: one WAIT per admission, none per rejection", primary.port);
+    }
+    assert_eq!(cluster.sum(&primaries, |n| n.calls("wait")), 30);
+    assert_eq!(cluster.sum(&replicas, |n| n.calls("wait")), 0);
+    // After a MOVED, the WAIT goes to the node that answered (it waits for
+    // that connection's write), not to the one the old map names.
+    let (from, to) = move_slot(&cluster, "dur:moved", false);
+    cluster.reset_stats();
+    let d = durable.allow(&minute("dur:moved", 3)).await.unwrap();
+    assert_eq!((d.allowed, d.via), (true, Via::Command), "{d:?}");
+    let node = |port: u16| cluster.nodes.iter().find(|n| n.port == port).unwrap();
+    assert_eq!((node(from).errors("MOVED"), node(from).calls("wait")), (1, 0));
+    assert_eq!((node(to).calls("xcloak.allow"), node(to).calls("wait")), (1, 1), "WAIT on the node that admitted it");
+    // After an ASK too, where the map still names the old owner.
+    let (from, to) = move_slot(&cluster, "dur:asked", true);
+    cluster.reset_stats();
+    let d = durable.allow(&minute("dur:asked", 3)).await.unwrap();
+    assert_eq!((d.allowed, d.via), (true, Via::Command), "{d:?}");
+    assert_eq!((node(from).errors("ASK"), node(from).calls("wait")), (1, 0));
+    assert_eq!((node(to).entries_asking("dur:asked"), node(to).calls("wait")), (1, 1), "WAIT on the importing node that admitted it");
 }
 
 #[tokio::test]
@@ -165,6 +200,25 @@ async fn a_paused_primary_runs_a_timed_out_allow_once() {
     assert!(error.is_unavailable(), "{error:?}");
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(owner.calls("xcloak.allow"), 2, "the timed-out ALLOW ran once");
+
+    // allow_all with an outage at request 1: request 0 (another primary) is
+    // refunded, then the policy answers once for the whole call.
+    let other = (0..).map(|i| format!("other:{i}")).find(|k| cluster.owner(k).port != owner.port).unwrap();
+    let other_owner = cluster.owner(&other);
+    let requests = [minute(&other, 100), minute(key, 100).tier(Duration::from_secs(3600), 1000)];
+    owner.pause();
+    let error = limiter.allow_all(&requests).await.unwrap_err();
+    assert!(error.is_unavailable(), "raise: {error:?}");
+    for (policy, allowed) in [(Policy::Allow, true), (Policy::Deny, false)] {
+        let m = limiter.with_policy(policy).allow_all(&requests).await.unwrap();
+        assert_eq!((m.allowed, m.rejected, m.binding, m.decisions.len()), (allowed, (!allowed).then_some(1), 1, 2), "{policy:?}");
+        assert_eq!((m.decisions[0].allowed, m.decisions[0].via, m.decisions[0].remaining), (true, Via::Command, 99), "{policy:?}: request 0's own admission");
+        let last = &m.decisions[1];
+        assert_eq!((last.allowed, last.via, last.limit, last.window, last.tiers.len()), (allowed, Via::Error, 100, Duration::from_secs(600), 0), "{policy:?}: request 1's tier 0");
+        assert!(m.headers(xcloak_client::Style::Both).is_empty(), "{policy:?}: the binding decision is the policy's, no headers");
+    }
+    assert_eq!(other_owner.entries(&other), 0, "request 0 refunded each time");
+    owner.resume();
 }
 
 /// The server runs the ALLOW and its reply is lost with the connection (a

@@ -4,14 +4,20 @@
 //! argument is raised under every policy; and a call that timed out is never
 //! sent again, by this crate or by the `redis` crate under it: after the
 //! server resumes, `cmdstat_xcloak.allow` counts each timed-out ALLOW (and
-//! REFUND) exactly once. Durable mode: WAIT on the same connection, a replica
+//! REFUND) exactly once. Refunds and resets raise outages under every policy;
+//! `ERR max number of clients reached` is an outage; a dropped call is not
+//! sent again. Durable mode: WAIT after the reply of an admission (and of a
+//! refund) on the same connection, none after a rejection or a peek
+//! (`cmdstat_wait`); every allow carries STAMP, shown only if asked; a replica
 //! that does not acknowledge sends the admission to the policy, and `deny`
 //! refunds it.
 mod support;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::Cmd;
 use support::{Replicated, Server};
 use xcloak_client::{blocking, Cause, Error, Limiter, Policy, Request, Standalone, Style, Transport, Unavailable, Via};
 
@@ -122,6 +128,11 @@ async fn a_paused_server_goes_to_the_policy() {
         assert!(d.headers(Style::Both).is_empty(), "a policy decision has no headers");
         let peek = limiter.peek(&request).await.unwrap();
         assert_eq!((peek.allowed, peek.via), (allowed, Via::Error));
+        // A refund and a reset have no Decision to fail open or closed: raised.
+        let refund = limiter.refund("p", 1, 1).await.unwrap_err();
+        assert!(matches!(&refund, Error::Unavailable(Unavailable { cause: Cause::Timeout, .. })), "{refund:?}");
+        let reset = limiter.reset("p").await.unwrap_err();
+        assert!(matches!(&reset, Error::Unavailable(Unavailable { cause: Cause::Timeout, .. })), "{reset:?}");
     }
     server.resume();
 }
@@ -185,30 +196,112 @@ async fn a_server_at_maxmemory_is_an_outage_not_a_refusal() {
     assert!(limiter.peek(&minute("oom", 3)).await.unwrap().allowed);
 }
 
+/// A transport that records each send (one pipeline) as a list of commands.
+#[derive(Clone)]
+struct Sends {
+    conn: MultiplexedConnection,
+    log: Arc<Mutex<Vec<Vec<String>>>>,
+}
+
+impl Transport for Sends {
+    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl std::future::Future<Output = redis::RedisResult<Vec<redis::Value>>> + Send + 'a {
+        let text = |cmd: &Cmd| cmd.args_iter().map(|a| if let redis::Arg::Simple(b) = a { String::from_utf8_lossy(b).into_owned() } else { String::new() }).collect::<Vec<_>>().join(" ");
+        self.log.lock().unwrap().push(cmds.iter().map(text).collect());
+        self.conn.send(key, read, cmds)
+    }
+}
+
+impl Sends {
+    fn take(&self) -> Vec<Vec<String>> {
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+}
+
+fn sends(lines: &[&[&str]]) -> Vec<Vec<String>> {
+    lines.iter().map(|send| send.iter().map(|c| c.to_string()).collect()).collect()
+}
+
 #[tokio::test]
-async fn durable_mode_waits_for_the_replica_and_a_deny_refunds_what_it_did_not_get() {
+async fn durable_mode_waits_after_an_admission_only_and_a_deny_refunds_what_it_did_not_get() {
     let pair = Replicated::start();
     let conn = pair.primary.client().get_multiplexed_async_connection().await.unwrap();
-    let durable = Limiter::builder(conn).durable(1, Duration::from_millis(300)).timeout(Duration::from_secs(1)).build();
+    let recorded = Sends { conn, log: Arc::default() };
+    let durable = Limiter::builder(recorded.clone()).durable(1, Duration::from_millis(300)).timeout(Duration::from_secs(1)).build();
+    // An admission carries STAMP, shown only if asked; WAIT follows its reply, in a send of its own.
     let d = durable.allow(&minute("d", 3)).await.unwrap();
-    assert_eq!((d.allowed, d.via), (true, Via::Command));
-    assert_eq!(pair.primary.calls("wait"), 1, "WAIT pipelined after the admission");
-    // The replica stops acknowledging: the admission goes to the policy.
+    assert_eq!((d.allowed, d.via, d.stamp), (true, Via::Command, None), "STAMP sent, not shown");
+    assert_eq!(recorded.take(), sends(&[&["XCLOAK.ALLOW d 60000 3 DETAILS STAMP"], &["WAIT 1 300"]]));
+    assert_eq!(pair.primary.calls("wait"), 1, "WAIT after the admission");
+    let asked = durable.allow(&minute("d", 3).stamp()).await.unwrap();
+    assert!(asked.allowed && asked.stamp.is_some(), "asked, it is shown: {asked:?}");
+    // A refund's reply is followed by WAIT too.
+    assert_eq!(durable.refund("d", asked.stamp.unwrap(), 1).await.unwrap(), 1);
+    assert_eq!(recorded.take()[2..], sends(&[&[&format!("XCLOAK.REFUND d {}", asked.stamp.unwrap())], &["WAIT 1 300"]]));
+    assert_eq!(pair.primary.calls("wait"), 3);
+
+    // The replica stops acknowledging: an admission goes to the policy.
     pair.replica.pause();
     let error = durable.allow(&minute("d", 3)).await.unwrap_err();
     assert!(matches!(&error, Error::Unavailable(Unavailable { cause: Cause::NotReplicated { acknowledged: 0, wanted: 1 }, .. })), "{error:?}");
     assert_eq!(pair.primary.entries("d"), 2, "under raise the admission stands");
     let open = durable.with_policy(Policy::Allow).allow(&minute("d", 3)).await.unwrap();
-    assert_eq!((open.allowed, open.via), (true, Via::Error));
+    assert_eq!((open.allowed, open.via, open.stamp), (true, Via::Error, None));
+    assert!(matches!(&open.error, Some(Unavailable { cause: Cause::NotReplicated { .. }, .. })), "{:?}", open.error);
     assert_eq!(pair.primary.entries("d"), 3);
+    // Deny refunds it by the stamp the caller did not ask for.
     let closed = durable.with_policy(Policy::Deny).allow(&minute("d2", 3)).await.unwrap();
     assert_eq!((closed.allowed, closed.via), (false, Via::Error));
     assert_eq!(pair.primary.entries("d2"), 0, "deny refunded the admission it turned away");
-    // A rejection's WAIT figure changes nothing: it wrote nothing.
+    recorded.take();
+    // A rejection and a peek wrote nothing: no WAIT, so no wait for the paused replica.
+    let waits = pair.primary.calls("wait");
+    let started = Instant::now();
     let rejected = durable.allow(&minute("d", 3)).await.unwrap();
-    assert_eq!((rejected.allowed, rejected.via), (false, Via::Command));
+    let peek = durable.peek(&minute("d", 3)).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!((rejected.allowed, rejected.via, peek.allowed), (false, Via::Command, false));
+    assert_eq!(pair.primary.calls("wait"), waits, "a rejection and a peek send no WAIT");
+    assert_eq!(recorded.take(), sends(&[&["XCLOAK.ALLOW d 60000 3 DETAILS STAMP"], &["XCLOAK.PEEK d 60000 3"]]));
+    println!("durable, replica paused: a rejection and a peek answered in {took:?} (WAIT timeout 300 ms)");
+
+    // The blocking limiter: the same, on one connection of its pool.
+    let blocking = blocking::Limiter::builder(pair.primary.client()).durable(1, Duration::from_millis(300)).build_blocking();
+    let waits = pair.primary.calls("wait");
+    assert!(!blocking.allow(&minute("d", 3)).unwrap().allowed);
+    assert_eq!(pair.primary.calls("wait"), waits, "blocking: a rejection sends no WAIT");
+    let closed = blocking.with_policy(Policy::Deny).allow(&minute("b", 3)).unwrap();
+    assert_eq!((closed.allowed, closed.via, pair.primary.entries("b")), (false, Via::Error, 0), "blocking: deny refunded it");
+    assert_eq!(pair.primary.calls("wait"), waits + 1);
     pair.replica.resume();
-    assert!(support::eventually(Duration::from_secs(10), || pair.replica.entries("d") == 3));
+    let d = blocking.allow(&minute("b", 3)).unwrap();
+    assert_eq!((d.allowed, d.via, d.stamp), (true, Via::Command, None), "blocking: replicated");
+    assert!(support::eventually(Duration::from_secs(10), || pair.replica.entries("d") == 3 && pair.replica.entries("b") == 1));
+}
+
+/// A connection to `server` opened when it is at `maxclients` (its first
+/// reply is `ERR max number of clients reached`).
+#[tokio::test]
+async fn a_server_at_max_clients_is_an_outage_not_a_refusal() {
+    let server = Server::start_with(true, &["--maxclients", "4"]);
+    let mut held: Vec<redis::Connection> = Vec::new();
+    while held.len() < 4 {
+        let Ok(mut conn) = server.client().get_connection() else { break };
+        if redis::cmd("PING").query::<String>(&mut conn).is_err() {
+            break;
+        }
+        held.push(conn);
+    }
+    assert_eq!(held.len(), 4, "the server holds 4 clients");
+    let full = blocking::Limiter::builder(server.client()).timeout(Duration::from_millis(500)).build_blocking();
+    let error = full.allow(&minute("full", 3)).unwrap_err();
+    assert!(error.is_unavailable(), "{error:?}");
+    println!("at maxclients: {error}");
+    for (policy, allowed) in [(Policy::Allow, true), (Policy::Deny, false)] {
+        let d = full.with_policy(policy).allow(&minute("full", 3)).unwrap();
+        assert_eq!((d.allowed, d.via), (allowed, Via::Error), "{policy:?}");
+    }
+    drop(held);
+    assert_eq!(server.entries("full"), 0);
 }
 
 #[tokio::test]
@@ -227,6 +320,26 @@ async fn a_dropped_acquire_records_nothing_and_stops() {
     // Not cancelled, it waits the server's figure and is admitted.
     let d = limiter.acquire(&full, Duration::from_secs(10)).await.unwrap();
     assert!(d.allowed);
+}
+
+/// The caller drops an `allow` already sent (its own timeout, a client gone):
+/// nothing is returned, and the server may still admit it (recorded but
+/// unreported, as with a timeout). It is not sent again, and the connection
+/// stays in step: the late reply answers no later call.
+#[tokio::test]
+async fn a_dropped_call_may_be_recorded_but_is_never_sent_again() {
+    let server = Server::start();
+    let conn = server.client().get_multiplexed_async_connection().await.unwrap();
+    let limiter = Limiter::builder(conn).timeout(Duration::from_secs(5)).policy(Policy::Deny).build();
+    assert_eq!(limiter.allow(&minute("drop", 10)).await.unwrap().remaining, 9);
+    server.pause();
+    let dropped = tokio::time::timeout(Duration::from_millis(200), limiter.allow(&minute("drop", 10))).await;
+    assert!(dropped.is_err(), "the caller's cancellation returns nothing: {dropped:?}");
+    server.resume();
+    let next = limiter.allow(&minute("drop", 10)).await.unwrap();
+    assert_eq!((next.via, next.remaining), (Via::Command, 7), "the dropped call was admitted; this reply is this call's");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((server.calls("xcloak.allow"), server.entries("drop")), (3, 3), "each call ran once");
 }
 
 /// Loses the reply to one ALLOW through `proxy` (the server ran it) and

@@ -13,7 +13,8 @@
 //! A mutant caught: the tiers sent after COST, a cost of 1 sent, a later tier
 //! binding on a tie, `Retry-After` rounded down, an allow_all that refunds the
 //! rejecting request or sends the next one, jitter subtracted or drawn without
-//! a sleep, a server error text rewritten.
+//! a sleep, a server error text rewritten, OLDEST not sent or a peek's last
+//! element read as a stamp (the peek-oldest steps compare `oldest_ms`).
 mod support;
 
 use std::collections::BTreeMap;
@@ -75,7 +76,15 @@ fn request(step: &Json, now: Option<&Json>) -> Request {
     if step["stamp"] == true {
         request = request.stamp();
     }
+    if step["oldest"] == true {
+        request = request.oldest();
+    }
     request
+}
+
+/// The peek steps that ask for the oldest entry (`OLDEST`, `oldest_ms`).
+fn oldest_steps() -> usize {
+    cases().iter().flat_map(|c| c["steps"].as_array().unwrap().clone()).filter(|s| s["oldest"] == true).count()
 }
 
 /// A reply as the vectors write it, as the `redis` crate reads it.
@@ -127,9 +136,15 @@ fn decision(json: &Json, via: Via) -> Decision {
             })
             .collect(),
         stamp: json["stamp"].as_u64(),
+        oldest: None,
         via,
         error: None,
     }
+}
+
+/// A step's Decision: its `decision`, and a peek's `oldest_ms` beside it.
+fn expected(step: &Json, via: Via) -> Decision {
+    Decision { oldest: step["oldest_ms"].as_u64(), ..decision(&step["decision"], via) }
 }
 
 fn header_map(map: &http::HeaderMap) -> BTreeMap<String, String> {
@@ -173,7 +188,7 @@ fn server_error(text: &str) -> Error {
 
 #[test]
 fn every_vector_through_the_pure_core() {
-    let (mut checked, mut skipped) = (0, 0);
+    let (mut checked, mut skipped, mut oldest) = (0, 0, 0);
     for case in cases() {
         let name = case["name"].as_str().unwrap();
         for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
@@ -192,8 +207,10 @@ fn every_vector_through_the_pure_core() {
                         let error = value(&step["reply"]).extract_error().unwrap_err();
                         assert_eq!(error.code().map(|c| format!("{c} {}", error.detail().unwrap())), Some(text.to_string()), "{what}");
                     } else {
-                        let d = Decision::from_reply(&value(&step["reply"]), &request, Via::Command).unwrap();
-                        assert_eq!(d, decision(&step["decision"], Via::Command), "{what}");
+                        let reply = value(&step["reply"]);
+                        let d = if op == "allow" { Decision::from_reply(&reply, &request, Via::Command) } else { Decision::from_peek_reply(&reply, &request, Via::Command) }.unwrap();
+                        assert_eq!(d, expected(step, Via::Command), "{what}");
+                        oldest += usize::from(step["oldest"] == true);
                         check_headers(&what, &d, step);
                     }
                 }
@@ -272,8 +289,10 @@ fn every_vector_through_the_pure_core() {
             checked += 1;
         }
     }
-    println!("{checked} steps through the pure core, {skipped} with inputs a u64 or Duration can't hold");
+    println!("{checked} steps through the pure core ({oldest} with OLDEST), {skipped} with inputs a u64 or Duration can't hold");
     assert!(checked > 200, "{checked}");
+    assert_eq!(oldest, oldest_steps(), "every OLDEST peek compared");
+    assert!(oldest >= 5, "{oldest}");
 }
 
 // ---- live: the async Limiter, commands recorded
@@ -346,7 +365,7 @@ fn check_result(what: &str, result: Result<Decision, Error>, step: &Json, via: V
         Some(text) => assert_eq!(result.unwrap_err(), server_error(text), "{what}"),
         None => {
             let d = result.unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!(d, decision(&step["decision"], via), "{what}");
+            assert_eq!(d, expected(step, via), "{what}");
             check_headers(what, &d, step);
         }
     }
@@ -364,7 +383,7 @@ async fn replay(server: &Server, via: Via) -> usize {
             let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(script).query(&mut check).unwrap();
         }
     }
-    let mut compared = 0;
+    let (mut compared, mut oldest) = (0, 0);
     for case in cases() {
         let name = case["name"].as_str().unwrap();
         let _: () = redis::cmd("FLUSHALL").query(&mut check).unwrap();
@@ -427,8 +446,10 @@ async fn replay(server: &Server, via: Via) -> usize {
                 let _: i64 = redis::cmd("PERSIST").arg(key).query(&mut check).unwrap();
             }
             compared += 1;
+            oldest += usize::from(step["oldest"] == true);
         }
     }
+    assert_eq!(oldest, oldest_steps(), "{via:?}: every OLDEST peek compared, its oldest_ms too");
     compared
 }
 
@@ -464,7 +485,7 @@ fn replay_blocking(server: &Server, via: Via) -> usize {
     let fallback = if via == Via::Script { Fallback::Always } else { Fallback::Never };
     let limiter = blocking::Limiter::builder(server.client()).fallback(fallback).build_blocking();
     let mut check = server.conn();
-    let mut compared = 0;
+    let (mut compared, mut oldest) = (0, 0);
     for case in cases() {
         let _: () = redis::cmd("FLUSHALL").query(&mut check).unwrap();
         for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
@@ -513,8 +534,10 @@ fn replay_blocking(server: &Server, via: Via) -> usize {
                 let _: i64 = redis::cmd("PERSIST").arg(key).query(&mut check).unwrap();
             }
             compared += 1;
+            oldest += usize::from(step["oldest"] == true);
         }
     }
+    assert_eq!(oldest, oldest_steps(), "{via:?}: every OLDEST peek compared, its oldest_ms too");
     compared
 }
 
