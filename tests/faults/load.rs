@@ -10,11 +10,13 @@
 //! reply (`Late`), and the writer opens a new one. A `MOVED` reply is the
 //! only retry: the node did not run the call.
 //!
-//! Durable mode (the client contract of docs/clients.md): `WAIT replicas
-//! timeout_ms` is pipelined right after the call on the same connection; an
-//! admission counts as allowed only if `WAIT` returned at least `replicas`.
-//! Otherwise it goes to the error policy, here `deny`: reported rejected,
-//! and refunded by its stamp (best effort).
+//! Durable mode (the client contract of docs/clients.md): once the reply
+//! says admitted, `WAIT replicas timeout_ms` goes on the same connection
+//! (none after a rejection); an admission counts as allowed only if `WAIT`
+//! returned at least `replicas`. Otherwise it goes to the error policy, here
+//! `deny`: reported rejected, and refunded by its stamp (best effort, no
+//! `WAIT`). A variant pipelines `WAIT` behind every call instead (one round
+//! trip; rejections wait too), for the cost table.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
