@@ -46,7 +46,7 @@ sync-lua:
 # partitions (network namespaces, `ip netns`: needs root, else those are skipped and
 # the report says why) and forced failovers, both storage forms, plain and durable
 # client modes, then the durable mode's cost per call. Prints the table and writes
-# target/faults/report.md; about 30 minutes. FAULT_REPS (default 3): each fault's count.
+# target/faults/report.md; about 27 minutes. FAULT_REPS (default 3): each fault's count.
 FAULT_REPS ?= 3
 faults: build
 	@scripts/ensure-deps.sh redis-sentinel ip:iproute2

@@ -17,8 +17,8 @@
 //! - `cargo test --test faults`: the checker's own tests and the WAIT checks
 //!   (seconds; part of `make test` and of the matrix);
 //! - `make faults-ci`: a short run that asserts what the durable mode
-//!   promises (about 3 minutes, in CI);
-//! - `make faults`: the full run, about 25 minutes; prints the table and
+//!   promises (about 2 minutes, in CI);
+//! - `make faults`: the full run, about 27 minutes; prints the table and
 //!   writes it to `target/faults/report.md` (`XCLOAK_FAULT_REPS`, default 3,
 //!   sets how many times each fault is injected; `XCLOAK_FAULT_ONLY=text`
 //!   runs only the runs whose label contains `text`, e.g. `cluster, zset`).
@@ -210,7 +210,7 @@ fn reps() -> usize {
 
 /// The full run behind docs/operations.md (`make faults`).
 #[test]
-#[ignore = "runs servers for about 25 minutes: make faults"]
+#[ignore = "runs servers for about 27 minutes: make faults"]
 fn faults_full() {
     let reps = reps();
     let mut runs = Vec::new();
