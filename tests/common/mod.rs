@@ -168,7 +168,7 @@ impl ServerConfig {
     /// Whether `--name` is among the extra options.
     pub fn has_arg(&self, name: &str) -> bool {
         let flag = format!("--{name}");
-        self.extra.iter().any(|word| *word == flag)
+        self.extra.contains(&flag)
     }
     /// Runs the server on a host of a `netns::Network` (inside its namespace,
     /// bound to its address and to that namespace's loopback).

@@ -117,7 +117,7 @@ impl Load {
                     in_host: None,
                     seq: 0,
                     ops: Vec::new(),
-                    rng: Rng(0x9e37_79b9_7f4a_7c15 ^ (w as u64 + 1) * 0x2545_f491),
+                    rng: Rng(0x9e37_79b9_7f4a_7c15 ^ ((w as u64 + 1) * 0x2545_f491)),
                 };
                 let stop = stop.clone();
                 std::thread::Builder::new()

@@ -19,7 +19,7 @@ pub fn fault_table(results: &[RunResult]) -> String {
         let rows = rows(result);
         for row in &rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} ({}) | {} ({:.0}%) | {:.2} ({:.1}%) | {} of {} | {} / {} of {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} ({}) | {} ({:.0}%) | {:.2} ({:.1}%) | {} of {} | {} / {} of {} | {} ({}) | {} | {} |\n",
                 result.label,
                 row.kind,
                 row.runs,
@@ -35,7 +35,8 @@ pub fn fault_table(results: &[RunResult]) -> String {
                 row.late_admitted,
                 row.late_rejected,
                 row.timeouts,
-                format!("{} ({})", row.not_replicated, row.refunded),
+                row.not_replicated,
+                row.refunded,
                 row.refused,
                 row.dropped,
             ));

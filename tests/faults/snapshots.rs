@@ -35,20 +35,20 @@ impl Snapshotter {
             let mut taken = Vec::new();
             while !stop_flag.load(Ordering::SeqCst) {
                 let started = std::time::Instant::now();
-                for addr in nodes.iter().cloned() {
-                    if !conns.contains_key(&addr) {
-                        match RespConn::connect(&addr, Duration::from_millis(200)) {
+                for addr in &nodes {
+                    if !conns.contains_key(addr) {
+                        match RespConn::connect(addr, Duration::from_millis(200)) {
                             Ok(conn) => {
                                 conns.insert(addr.clone(), conn);
                             }
                             Err(_) => continue,
                         }
                     }
-                    let conn = conns.get_mut(&addr).unwrap();
+                    let conn = conns.get_mut(addr).unwrap();
                     match snapshot(conn, keys, compact) {
                         Some((at_ms, read_by_ms, primary, stamps)) => taken.push(Snapshot { node: addr.clone(), at_ms, read_by_ms, primary, stamps }),
                         None => {
-                            conns.remove(&addr);
+                            conns.remove(addr);
                         }
                     }
                 }
@@ -70,8 +70,11 @@ impl Snapshotter {
 
 const TIMEOUT: Duration = Duration::from_millis(500);
 
+/// When the reads began and ended, whether the node is a primary, and its windows' stamps by key.
+type Taken = (Ms, Ms, bool, BTreeMap<u16, Vec<Ms>>);
+
 /// One node's role and (if primary) windows; `None` if it did not answer.
-fn snapshot(conn: &mut RespConn, keys: u16, compact: bool) -> Option<(Ms, Ms, bool, BTreeMap<u16, Vec<Ms>>)> {
+fn snapshot(conn: &mut RespConn, keys: u16, compact: bool) -> Option<Taken> {
     let role = conn.call(&redis::cmd("ROLE"), TIMEOUT).ok()?;
     let primary = matches!(&role, Value::Array(parts) if matches!(parts.first(), Some(Value::Bulk(r)) if r == b"master"));
     let at_ms = now_ms();
