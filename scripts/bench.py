@@ -697,6 +697,163 @@ def section_identity(server, sha, copies=5):
     return rows
 
 
+# --------------------------------------------------------------------------
+# Section 7: memory per identity as the server pays it (issue 25): the
+# used_memory delta over many identities, so the allocator's real size
+# classes, the key, its expiry and the keyspace's tables all count.
+
+USED_IDENTITIES = 2_000 if QUICK else 10_000
+USED_LIMITS = (10, 100, 1_000)
+USED_LAYOUTS = ("compact", "zset", "script", "cell")
+# A sorted set of 1,000 entries costs about 110 kB: 10,000 of them (and as
+# many of the script's) would need 2.3 GB on a shared machine; 1,000 do.
+USED_BIG_SET_IDENTITIES = 1_000
+ATTACK_IDENTITIES = 100_000 if QUICK else 1_000_000
+ATTACK_LIMIT = 10
+
+
+def fill_identities(server, sha, layout, identities, limit, window=IDENTITY_WINDOW_MS):
+    """`identities` windows of `layout`, each filled to `limit` with stamps
+    evenly spaced over `window`, round after round (the j-th call of every
+    identity, then the (j+1)-th): every key's last call is in the last round,
+    so none reaches its TTL (window + 1 s on the server clock) before the
+    measurement, however long the fill takes. Returns the key names' prefix."""
+    letter = {"compact": "c", "zset": "z", "script": "s", "cell": "r"}[layout]
+    name = lambda i: ("u:%s:%07d" % (letter, i)).encode()  # noqa: E731  (the same length for every layout)
+    server.storage("compact" if layout == "compact" else "zset")
+    t0 = BASE_MS
+
+    def commands():
+        for j in range(limit):
+            now = t0 + j * window // limit
+            for i in range(identities):
+                if layout == "script":
+                    yield encode("EVALSHA", sha, 1, name(i), now, window, limit)
+                elif layout == "cell":
+                    yield encode("CL.THROTTLE", name(i), *cell_args(limit, window), 1)
+                else:
+                    yield encode("XCLOAK.ALLOW", name(i), window, limit, "NOW", now)
+    server.pipe(commands())
+    now = t0 + (limit - 1) * window // limit
+    for i in (0, identities // 2, identities - 1):
+        key = name(i).decode()
+        server.expect_type(key, {"compact": "xcloaklog", "cell": "string"}.get(layout, "zset"))
+        if layout in ("compact", "zset"):
+            assert server.entries(key, window, now) == limit, (layout, key)
+        elif layout == "script":
+            assert server.client.call("ZCARD", key) == limit, (layout, key)
+    expected_keys = identities * (2 if layout == "script" else 1)
+    dbsize = server.client.call("DBSIZE")
+    if dbsize != expected_keys:
+        sys.exit("bench: %d of %d keys left after filling %s identities (expired?)" % (dbsize, expected_keys, layout))
+
+
+def used_per_identity(server, sha, layout, identities, limit):
+    server.client.call("FLUSHALL")
+    before = settle_memory(server)
+    started = time.time()
+    fill_identities(server, sha, layout, identities, limit)
+    after = settle_memory(server)
+    server.client.call("FLUSHALL")
+    return (after - before) / identities, time.time() - started
+
+
+def section_used_memory(server, sha):
+    """Rows of (limit, identities per layout, {layout: bytes per identity})."""
+    rows = []
+    for limit in USED_LIMITS:
+        per, counts = {}, {}
+        for layout in USED_LAYOUTS:
+            n = USED_BIG_SET_IDENTITIES if limit >= 1_000 and layout in ("zset", "script") else USED_IDENTITIES
+            per[layout], seconds = used_per_identity(server, sha, layout, n, limit)
+            counts[layout] = n
+            print("  limit %5d, %-7s %7d identities: used_memory %+.0f B per identity (%.0f s)" % (
+                limit, layout, n, per[layout], seconds), flush=True)
+        rows.append((limit, counts, per))
+    server.storage("compact")
+    return rows
+
+
+def section_attack(server, sha):
+    """1,000,000 identities at limit 10, each window full: used_memory per layout."""
+    out = {}
+    for layout in USED_LAYOUTS:
+        per, seconds = used_per_identity(server, sha, layout, ATTACK_IDENTITIES, ATTACK_LIMIT)
+        out[layout] = per
+        print("  %d identities at limit %d, %-7s: used_memory %+.1f MB (%.0f B per identity, %.0f s)" % (
+            ATTACK_IDENTITIES, ATTACK_LIMIT, layout, per * ATTACK_IDENTITIES / 1e6, per, seconds), flush=True)
+    server.storage("compact")
+    return out
+
+
+# --------------------------------------------------------------------------
+# Section 9: XCLOAK.REFUND's cost against the size of the window (issue 25).
+
+REFUND_SIZES = (10, 100, 1_000, 10_000, 100_000) + (() if QUICK else (1_000_000,))
+REFUND_CALLS = 500 if QUICK else 2_000  # per case (the server times calls in whole microseconds)
+REFUND_WINDOW_MS = 10 ** 12
+REFUND_ROUNDS = 1 if QUICK else 3
+
+
+def allow_cmd(key, window, limit, now):
+    return encode("XCLOAK.ALLOW", key, window, limit, "NOW", now)
+
+
+def section_refund(server):
+    """REFUND usec_per_call on one key per form and size, holding `size` lone
+    entries 1,000 ms apart: (a) the newest admission (each REFUND follows the
+    ALLOW it gives back, so the window keeps its size), (b) a stamp in the
+    middle (each REFUND of an old stamp is followed by an ALLOW with that NOW,
+    which puts it back). Only REFUND's own usec_per_call is read. Rows of
+    (size, {form: (newest, middle)}), medians of REFUND_ROUNDS rounds."""
+    limit = 2_000_000
+    # A window of 1,000,000 entries plus the one given back takes a limit above
+    # MAX-LIMIT's default.
+    server.client.call("CONFIG", "SET", "xcloak.max-limit", limit)
+    results = {}
+    for form in ("compact", "zset"):
+        server.storage(form)
+        for size in REFUND_SIZES:
+            key = "rf:%s:%d" % (form[0], size)
+            started = time.time()
+            server.pipe(allow_cmd(key, REFUND_WINDOW_MS, limit, BASE_MS + i * 1000) for i in range(size))
+            server.expect_type(key, "xcloaklog" if form == "compact" else "zset")
+            newest, middle = [], []
+            for round_ in range(REFUND_ROUNDS):
+                last = BASE_MS + (size - 1) * 1000
+
+                def newest_stream():
+                    for j in range(REFUND_CALLS):
+                        stamp = last + 1 + j
+                        yield allow_cmd(key, REFUND_WINDOW_MS, limit, stamp)
+                        yield encode("XCLOAK.REFUND", key, stamp)
+                server.client.call("CONFIG", "RESETSTAT")
+                server.pipe(newest_stream())
+                calls, usec = server.stat("xcloak.refund")
+                assert calls == REFUND_CALLS, calls
+                newest.append(usec)
+
+                def middle_stream():
+                    # Distinct stamps around the middle, every one in the window.
+                    for j in range(REFUND_CALLS):
+                        stamp = BASE_MS + (size // 2 + (j * 7919 + round_ * 101) % max(1, size // 4)) * 1000
+                        yield encode("XCLOAK.REFUND", key, stamp)
+                        yield allow_cmd(key, REFUND_WINDOW_MS, limit, stamp)
+                server.client.call("CONFIG", "RESETSTAT")
+                server.pipe(middle_stream())
+                calls, usec = server.stat("xcloak.refund")
+                assert calls == REFUND_CALLS, calls
+                middle.append(usec)
+            assert server.entries(key, REFUND_WINDOW_MS, BASE_MS + size * 1000) == size, key
+            results[(form, size)] = (statistics.median(newest), statistics.median(middle))
+            print("  %-7s %8d entries: REFUND of the newest %.2f usec/call, of a middle stamp %.2f usec/call (%.0f s)" % (
+                form, size, results[(form, size)][0], results[(form, size)][1], time.time() - started), flush=True)
+            server.client.call("DEL", key)
+    server.storage("compact")
+    server.client.call("CONFIG", "SET", "xcloak.max-limit", 1_000_000)
+    return [(size, {form: results[(form, size)] for form in ("compact", "zset")}) for size in REFUND_SIZES]
+
+
 CHART = os.path.join(ROOT, "docs/performance-memory.png")
 CHART_DATA = os.path.join(ROOT, "target/bench/memory-per-identity.json")
 MATPLOTLIB = "matplotlib==3.10.3"
@@ -1103,8 +1260,30 @@ def main_tiers():
     print("\n".join(lines))
 
 
+def main_memory():
+    """`scripts/bench.py memory`: sections 7 and 8 alone, printed, docs untouched."""
+    server = Server()
+    try:
+        sha = server.client.call("SCRIPT", "LOAD", open(ARTICLE).read())
+        m = machine(server)
+        print("xcloak bench, memory only: %s, commit %s" % (m["server"], m["commit"]), flush=True)
+        if "--refund" in sys.argv:
+            section_refund(server)
+            return
+        if "--entries" in sys.argv:
+            section_entries(server, "compact", COMPACT_SIZES, COMPACT_KEYS)
+            return
+        section_used_memory(server, sha)
+        if "--attack" in sys.argv:
+            section_attack(server, sha)
+    finally:
+        server.stop()
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] == ["tiers"]:
+    if sys.argv[1:2] == ["memory"]:
+        main_memory()
+    elif sys.argv[1:] == ["tiers"]:
         main_tiers()
     else:
         main()
