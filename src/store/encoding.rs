@@ -144,8 +144,10 @@ fn get_bits(data: &[u8], pos: usize, width: u32) -> u64 {
     if width == 0 {
         return 0;
     }
+    assert!(data.len() >= 8);
     let (start, shift) = window_of(data, pos);
-    let word = u64::from_le_bytes(data[start..start + 8].try_into().unwrap());
+    // SAFETY: `window_of` keeps `start + 8 <= data.len()`.
+    let word = u64::from_le(unsafe { std::ptr::read_unaligned(data.as_ptr().add(start) as *const u64) });
     (word >> shift) & mask(width)
 }
 
@@ -156,11 +158,15 @@ fn set_bits(data: &mut [u8], pos: usize, width: u32, value: u64) {
         return;
     }
     debug_assert!(value <= mask(width));
+    assert!(data.len() >= 8);
     let (start, shift) = window_of(data, pos);
     let field = mask(width) << shift;
-    let bytes = &mut data[start..start + 8];
-    let word = u64::from_le_bytes((&*bytes).try_into().unwrap());
-    bytes.copy_from_slice(&((word & !field) | (value << shift)).to_le_bytes());
+    // SAFETY: `window_of` keeps `start + 8 <= data.len()`.
+    unsafe {
+        let at = data.as_mut_ptr().add(start) as *mut u64;
+        let word = u64::from_le(std::ptr::read_unaligned(at));
+        std::ptr::write_unaligned(at, ((word & !field) | (value << shift)).to_le());
+    }
 }
 
 #[inline]
@@ -168,7 +174,7 @@ fn mask(width: u32) -> u64 {
     if width >= 64 {
         u64::MAX
     } else {
-        (1u64 << width) - 1
+        (1u64 << (width & 63)) - 1
     }
 }
 
@@ -463,6 +469,14 @@ impl Block {
         unsafe { std::ptr::read(self.0.as_ptr().add(8) as *const u64) }.to_le()
     }
 
+    fn set_words(&self, w0: u64, w1: u64) {
+        // SAFETY: as in `word0`.
+        unsafe {
+            std::ptr::write(self.0.as_ptr() as *mut u64, w0.to_le());
+            std::ptr::write(self.0.as_ptr().add(8) as *mut u64, w1.to_le());
+        }
+    }
+
     fn first_ms(&self) -> i64 {
         (self.word0() & STAMP_MASK) as i64
     }
@@ -592,6 +606,23 @@ impl Block {
     /// Appends a run later than the block's last; false (nothing changed but
     /// dead slots shifted out) if the block is full: runs, bytes or span.
     fn try_append(&mut self, stamp_ms: i64, count: u64, limits: Limits) -> bool {
+        // The common case, read and written as header words: a lone entry
+        // into a block of lone entries, whose gap fits and which has room.
+        let (w0, w1) = (self.word0(), self.word1());
+        let (runs, dead) = (((w1 >> 6) & 2047) as u32, ((w1 >> 17) & 127) as u32);
+        let (dw, cw, span) = (((w0 >> 53) & 63) as u32, (w0 >> 59) as u32, w1 >> 24);
+        if count == 1 && cw == 0 && runs > dead && runs < limits.runs {
+            let gap = (stamp_ms - (w0 & STAMP_MASK) as i64 - span as i64) as u64;
+            let slots = Slots { dw, cw: 0 };
+            let size = SIZE_CLASSES[((w1 >> 1) & 31) as usize];
+            if width_of(gap - 1) <= dw && span + gap <= MAX_SPAN && slots.bytes(runs + 1) <= size {
+                // SAFETY: the block is a live allocation of `size` initialised bytes.
+                let data = unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), size) };
+                set_bits(data, slots.gap_pos(runs), dw, gap - 1);
+                self.set_words(w0, w1 + (1 << 6) + (gap << 24));
+                return true;
+            }
+        }
         let mut header = self.header();
         if header.live() == 0 {
             self.reset_to(stamp_ms, count);
@@ -666,11 +697,29 @@ impl Block {
     /// all, the first run left being stamped `first_ms`: they become dead
     /// slots, shifted out once there are more than MAX_DEAD.
     fn drop_front(&mut self, k: u32, entries_removed: u64, first_ms: i64) {
-        if k == 0 {
+        if k > 0 {
+            self.drop_front_of(self.header(), k, entries_removed, first_ms);
+        }
+    }
+
+    /// `drop_front` with the block's header at hand.
+    fn drop_front_of(&mut self, header: Header, k: u32, entries_removed: u64, first_ms: i64) {
+        let entries = if header.cw == 0 {
+            u64::from(header.live())
+        } else {
+            get_bits(self.bytes(), DATA_BITS, ENTRIES_BITS)
+        } - entries_removed;
+        if header.dead + k <= MAX_DEAD {
+            // The common case, as header words: the first stamp, the dead
+            // mark and the span change; tag, class and slots stay.
+            let w0 = (self.word0() & !STAMP_MASK) | first_ms as u64;
+            let w1 = (self.word1() & ((1 << 17) - 1)) | u64::from(header.dead + k) << 17 | ((header.last_ms() - first_ms) as u64) << 24;
+            self.set_words(w0, w1);
+            if header.cw > 0 {
+                set_bits(self.bytes_mut(), DATA_BITS, ENTRIES_BITS, entries);
+            }
             return;
         }
-        let header = self.header();
-        let entries = self.entries() - entries_removed;
         let header = Header {
             first_ms,
             dead: header.dead + k,
@@ -678,14 +727,18 @@ impl Block {
             ..header
         };
         if header.dead > MAX_DEAD {
+            // More dead slots than the header counts: shifted out now, and
+            // only then can the block shrink (dead slots free no byte).
             let slots = header.layout();
             shift_bits_down(self.bytes_mut(), slots.count_pos(header.dead), slots.count_pos(0), slots.bits(header.runs));
-            self.set_header(&Header { runs: header.live(), dead: 0, ..header });
+            let header = Header { runs: header.live(), dead: 0, ..header };
+            self.set_header(&header);
+            self.set_entries(&header, entries);
+            self.shrink_if_oversized();
         } else {
             self.set_header(&header);
+            self.set_entries(&header, entries);
         }
-        self.set_entries(&header, entries);
-        self.shrink_if_oversized();
     }
 
     /// Removes every entry stamped `<= cutoff_ms`; returns how many went. The
@@ -705,16 +758,20 @@ impl Block {
             self.shrink_if_oversized();
             return removed;
         }
-        let (mut k, mut removed, mut first_left) = (0u32, 0u64, header.first_ms);
-        for (stamp_ms, count) in self.runs() {
+        // The expired runs, from the first live one; the last run is live.
+        let slots = header.layout();
+        // SAFETY: the block is a live allocation of its class's size, initialised.
+        let data = unsafe { std::slice::from_raw_parts(self.0.as_ptr(), SIZE_CLASSES[header.class as usize]) };
+        let (mut slot, mut stamp_ms, mut removed) = (header.dead, header.first_ms, 0u64);
+        loop {
+            removed += get_bits(data, slots.count_pos(slot), slots.cw) + 1;
+            slot += 1;
+            stamp_ms += get_bits(data, slots.gap_pos(slot), slots.dw) as i64 + 1;
             if stamp_ms > cutoff_ms {
-                first_left = stamp_ms;
                 break;
             }
-            k += 1;
-            removed += count;
         }
-        self.drop_front(k, removed, first_left);
+        self.drop_front_of(header, slot - header.dead, removed, stamp_ms);
         removed
     }
 
@@ -975,8 +1032,8 @@ impl Large {
     }
 
     fn set_entries(&self, entries: u64) {
-        let (head, len, capacity) = self.range();
-        self.set_head(entries, head, len, capacity);
+        // SAFETY: the root's first word, 8-aligned.
+        unsafe { std::ptr::write(self.0.as_ptr() as *mut u64, entries.to_le()) };
     }
 
     fn refs_ptr(&self) -> *mut BlockRef {
@@ -1622,17 +1679,25 @@ impl Log for RunLog {
                     refs[gone].block.free();
                     gone += 1;
                 }
-                large.drop_front(gone as u32, removed);
+                if gone > 0 {
+                    large.drop_front(gone as u32, removed);
+                }
                 let r = &mut large.refs()[0];
                 let mut block = r.block;
                 let trimmed = block.trim(cutoff_ms);
-                *r = BlockRef::of(block);
-                large.set_entries(large.entries() - trimmed);
+                if trimmed > 0 {
+                    r.block = block;
+                    r.first_ms = block.first_ms();
+                    r.entries -= trimmed as u32;
+                    large.set_entries(large.entries() - trimmed);
+                }
                 if block.live_runs() == 0 && large.refs().len() > 1 {
                     block.free();
                     large.drop_front(1, 0);
                 }
-                self.collapse_if_single(large);
+                if gone > 0 || trimmed > 0 {
+                    self.collapse_if_single(large);
+                }
                 removed + trimmed
             }
         }
@@ -1714,7 +1779,8 @@ impl Log for RunLog {
                 let last_ms = block.last_ms();
                 let done = (now_ms > last_ms && block.try_append(now_ms, cost, INDEXED)) || (now_ms == last_ms && block.try_add_to_last(cost));
                 if done {
-                    *r = BlockRef::of(block);
+                    r.block = block;
+                    r.entries += cost as u32;
                     large.set_entries(large.entries() + cost);
                     self.set_root(Root::Large(large));
                 } else if now_ms > last_ms {
