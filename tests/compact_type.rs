@@ -623,3 +623,38 @@ fn the_inline_capacity_boundary() {
     assert_eq!(sizes[0], sizes[1], "1,023 and 1,024 lone entries: the same 16-byte block");
     assert!(sizes[2] > sizes[1] + 100, "1,025 entries: an index and two blocks ({} B, {} B)", sizes[2], sizes[1]);
 }
+
+/// A window of many blocks costs the server one deallocation per block:
+/// past 64 (`free_effort`), `UNLINK` hands it to the lazy-free thread, whose
+/// `free` must touch nothing but the value. Measured from the server's own
+/// counters: `lazyfreed_objects` goes up by one for the big window, not for
+/// the small one, and the server keeps answering.
+///
+/// What would fail: a `free_effort` that ignores the blocks (the big window
+/// freed on the main thread), or a `free` that is wrong off the main thread.
+#[test]
+fn a_window_of_many_blocks_is_freed_by_the_lazy_free_thread() {
+    let server = ServerConfig::compact().start();
+    let mut conn = server.client();
+    let lazyfreed = |conn: &mut Connection| -> i64 { info_field(conn, "memory", "lazyfreed_objects").and_then(|v| v.parse().ok()).unwrap_or(-1) };
+    if lazyfreed(&mut conn) < 0 {
+        eprintln!("skipped: this server has no lazyfreed_objects counter");
+        return;
+    }
+    // 100,000 entries 1 s apart: some 500 blocks; and a window of 10 entries: one.
+    for (key, entries) in [("big", 100_000i64), ("small", 10)] {
+        let mut pipe = redis::pipe();
+        for i in 0..entries {
+            pipe.cmd("XCLOAK.ALLOW").arg(key).arg(10 * HOUR * 1000).arg(1_000_000).arg("NOW").arg(BASE_NOW + i * 1000).ignore();
+        }
+        let _: () = pipe.query(&mut conn).unwrap();
+    }
+    let before = lazyfreed(&mut conn);
+    assert_eq!(cmd_i64(&mut conn, &["UNLINK", "small"]), 1);
+    assert_eq!(lazyfreed(&mut conn), before, "one block is freed at once");
+    assert_eq!(cmd_i64(&mut conn, &["UNLINK", "big"]), 1);
+    let freed = eventually(Duration::from_secs(10), || lazyfreed(&mut conn) == before + 1);
+    assert!(freed, "lazyfreed_objects {} (before {before})", lazyfreed(&mut conn));
+    assert_eq!(cmd_i64(&mut conn, &["EXISTS", "big"]), 0);
+    assert_eq!(allow_at(&mut conn, "after", HOUR, 5, BASE_NOW), 1, "the server goes on");
+}

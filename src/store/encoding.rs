@@ -39,8 +39,9 @@
 //! - admission at the newest millisecond or later: O(1) (bits written at the
 //!   end of the newest block; a width that grows re-packs that block, which is
 //!   bounded by [`BLOCK_RUNS`]);
-//! - trim: O(expired) blocks freed, plus one bounded shift of the first block;
-//!   a trim that finds nothing expired reads the header only;
+//! - trim: O(expired): whole blocks freed, the first one's trimmed slots
+//!   marked dead (shifted out once per 127 of them, a bounded shift); a trim
+//!   that finds nothing expired reads one header word;
 //! - `len`, `newest`: the header; PEEK and DETAILS walk at most one block per
 //!   tier (and sum the index's counts), allocating nothing;
 //! - refund of the newest entry: O(1); of any other stamp: a binary search of
@@ -60,8 +61,9 @@
 //!   cut into groups of [`BLOCK_RUNS`] (a new group also where a span would
 //!   reach 2^40 ms), each group written as a block (its 16-byte header with
 //!   tag, size class and dead slots 0, then its slots with the smallest
-//!   widths, padded with zero bits to a byte). [`RunLog::decode`] rebuilds the window and
-//!   accepts the bytes only if they are exactly its canonical encoding.
+//!   widths, padded with zero bits to a byte). [`RunLog::decode`] rebuilds
+//!   the window and accepts the bytes only if they are exactly its canonical
+//!   encoding.
 //! - **Version 1** (0.1.0's RDB encoding, and the run encoding of
 //!   `XCLOAK.APPLY key L`, AOF rewrites and DEBUG DIGEST, unchanged so that
 //!   every release reads the others' effects): one varint run after another,
