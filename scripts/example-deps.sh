@@ -2,10 +2,14 @@
 # Installs what the client examples under docs/examples/ need, when missing:
 #   python: python3 + venv (Debian packages), then redis-py from PyPI into
 #           docs/examples/python/.venv (pinned in requirements.txt)
-#   node:   nodejs + npm (Debian packages), then node-redis and ioredis from
-#           the npm registry into docs/examples/node/node_modules (package-lock.json)
-#   go:     Go 1.19, redigo and redisc (Debian packages only: the examples build
-#           in GOPATH mode from /usr/share/gocode, no module proxy needed)
+#   node:   nodejs + npm (Debian packages), the xcloak package built in
+#           clients/node (its scripts/prepare.sh: npm ci + build, when stale),
+#           then node-redis, ioredis and that package (a link) into
+#           docs/examples/node/node_modules (package-lock.json)
+#   go:     checks for Go 1.24+ (on PATH or in /usr/local/go; never Debian's
+#           golang-go, which is older); the example builds in module mode, with
+#           go-redis from the Go module proxy (docs/examples/go/go.sum) and the
+#           package of this checkout (clients/go, a replace directive)
 # Both folders are git-ignored. A stamp records what was installed, so a second
 # run does nothing; a changed requirements.txt / package-lock.json reinstalls.
 # Safe to run concurrently (flock). Usage: scripts/example-deps.sh [python] [node] [go]
@@ -53,22 +57,31 @@ node_deps() {
     local dir=$examples/node
     command -v node >/dev/null 2>&1 || apt_install nodejs
     command -v npm >/dev/null 2>&1 || apt_install npm
+    # The examples use the package from its folder (a file: link): build it.
+    clients/node/scripts/prepare.sh
     local want_stamp
     want_stamp=$(stamp_of "$dir/package-lock.json")
     if [ "$(cat "$dir/node_modules/.installed" 2>/dev/null)" = "$want_stamp" ]; then
         return
     fi
-    echo "example-deps: npm ci in $dir (node-redis from the npm registry)" >&2
+    echo "example-deps: npm ci in $dir (node-redis and ioredis from the npm registry, xcloak from clients/node)" >&2
     npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error >/dev/null
     echo "$want_stamp" >"$dir/node_modules/.installed"
 }
 
 go_deps() {
-    local missing=()
-    command -v go >/dev/null 2>&1 || missing+=(golang-go)
-    [ -d /usr/share/gocode/src/github.com/gomodule/redigo ] || missing+=(golang-github-gomodule-redigo-dev)
-    [ -d /usr/share/gocode/src/github.com/mna/redisc ] || missing+=(golang-github-mna-redisc-dev)
-    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+    local go=go
+    command -v go >/dev/null 2>&1 || go=/usr/local/go/bin/go
+    local version
+    version=$("$go" env GOVERSION 2>/dev/null) || {
+        echo "example-deps: Go 1.24 or later is needed (not on PATH, nor in /usr/local/go)" >&2
+        exit 1
+    }
+    case "$version" in
+        go1.2[4-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
+        *) echo "example-deps: Go 1.24 or later is needed, found $version" >&2; exit 1 ;;
+    esac
+    (cd "$examples/go" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly "$go" mod download)
 }
 
 for what in "${want[@]}"; do

@@ -162,6 +162,9 @@ pub struct Request {
     pub details: bool,
     /// `STAMP`: reply the admission's stamp (ALLOW only).
     pub stamp: bool,
+    /// `OLDEST`: reply the stamp of the oldest entry live in the binding
+    /// tier's window (PEEK only).
+    pub oldest: bool,
 }
 
 /// A validated `XCLOAK.REFUND key stamp [COST cost]`.
@@ -185,7 +188,7 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
         return Err(ArgError::Arity);
     }
     let first = parse_tier(argv[2], argv[3], max_limit, 0)?;
-    let mut request = Request { tiers: Tiers::one(first), cost: 1, now_ms: None, details: false, stamp: false };
+    let mut request = Request { tiers: Tiers::one(first), cost: 1, now_ms: None, details: false, stamp: false, oldest: false };
 
     let (mut seen_cost, mut seen_now) = (false, false);
     let mut rest = argv[4..].iter();
@@ -210,6 +213,7 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
             Keyword::Now => &mut seen_now,
             Keyword::Details => &mut request.details,
             Keyword::Stamp => &mut request.stamp,
+            Keyword::Oldest => &mut request.oldest,
         };
         if *seen {
             return Err(invalid(format!("syntax error, {} is given more than once", keyword.label())));
@@ -226,7 +230,7 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
                 request.now_ms =
                     Some(parse_in_range(value()?, "NOW", 0, MAX_EXACT_MS, " (unix time in milliseconds)")?)
             }
-            Keyword::Details | Keyword::Stamp | Keyword::Tier => {}
+            Keyword::Details | Keyword::Stamp | Keyword::Oldest | Keyword::Tier => {}
         }
     }
     Ok(request)
@@ -276,16 +280,17 @@ enum Keyword {
     Now,
     Details,
     Stamp,
+    Oldest,
 }
 
 impl Keyword {
     /// The keyword `bytes` names (any case), if `command` takes it.
     fn from_bytes(bytes: &[u8], grammar: Grammar) -> Option<Self> {
-        let keyword = [Keyword::Tier, Keyword::Cost, Keyword::Now, Keyword::Details, Keyword::Stamp]
+        let keyword = [Keyword::Tier, Keyword::Cost, Keyword::Now, Keyword::Details, Keyword::Stamp, Keyword::Oldest]
             .into_iter()
             .find(|keyword| bytes.eq_ignore_ascii_case(keyword.label().as_bytes()))?;
         let taken = match grammar {
-            Grammar::Allow => true,
+            Grammar::Allow => keyword != Keyword::Oldest,
             Grammar::Peek => !matches!(keyword, Keyword::Details | Keyword::Stamp),
             Grammar::Refund => keyword == Keyword::Cost,
         };
@@ -299,6 +304,7 @@ impl Keyword {
             Keyword::Now => "NOW",
             Keyword::Details => "DETAILS",
             Keyword::Stamp => "STAMP",
+            Keyword::Oldest => "OLDEST",
         }
     }
 }
@@ -310,7 +316,7 @@ fn invalid(message: String) -> ArgError {
 fn unknown_option(option: &[u8], grammar: Grammar) -> ArgError {
     let expected = match grammar {
         Grammar::Allow => "TIER, COST, NOW, DETAILS or STAMP",
-        Grammar::Peek => "TIER, COST or NOW",
+        Grammar::Peek => "TIER, COST, NOW or OLDEST",
         Grammar::Refund => "COST",
     };
     invalid(format!("syntax error, unknown option '{}' (expected {expected})", printable(option)))
@@ -410,7 +416,14 @@ mod tests {
         let request = run(Command::Allow, "XCLOAK.ALLOW k 1000 10").unwrap();
         assert_eq!(
             request,
-            Request { tiers: Tiers::one(Tier { window_ms: 1000, limit: 10 }), cost: 1, now_ms: None, details: false, stamp: false }
+            Request {
+                tiers: Tiers::one(Tier { window_ms: 1000, limit: 10 }),
+                cost: 1,
+                now_ms: None,
+                details: false,
+                stamp: false,
+                oldest: false
+            }
         );
         assert!(!request.tiers.is_tiered());
     }
@@ -454,9 +467,13 @@ mod tests {
         assert!(error_text(Command::Allow, "X k 1 1 NOW 1 now 2").contains("NOW is given more than once"));
         assert!(error_text(Command::Allow, "X k 1 1 DETAILS DETAILS").contains("more than once"));
         assert!(error_text(Command::Allow, "X k 1 1 FOO").contains("unknown option 'FOO'"));
-        assert!(error_text(Command::Peek, "X k 1 1 DETAILS").contains("expected TIER, COST or NOW"));
+        assert!(error_text(Command::Peek, "X k 1 1 DETAILS").contains("expected TIER, COST, NOW or OLDEST"));
         assert!(error_text(Command::Allow, "X k 1 1 FOO").contains("expected TIER, COST, NOW, DETAILS or STAMP"));
-        assert!(error_text(Command::Peek, "X k 1 1 STAMP").contains("unknown option 'STAMP' (expected TIER, COST or NOW)"));
+        assert!(error_text(Command::Peek, "X k 1 1 STAMP").contains("unknown option 'STAMP' (expected TIER, COST, NOW or OLDEST)"));
+        assert!(run(Command::Peek, "X k 1 1 oldest").unwrap().oldest);
+        assert!(!run(Command::Peek, "X k 1 1").unwrap().oldest);
+        assert!(error_text(Command::Peek, "X k 1 1 OLDEST OLDEST").contains("OLDEST is given more than once"));
+        assert!(error_text(Command::Allow, "X k 1 1 OLDEST").contains("unknown option 'OLDEST' (expected TIER, COST, NOW, DETAILS or STAMP)"));
         assert!(error_text(Command::Allow, "X k 1 1 STAMP stamp").contains("STAMP is given more than once"));
         assert!(run(Command::Allow, "X k 1 1 stamp DETAILS").unwrap().stamp);
         assert!(!run(Command::Allow, "X k 1 1 DETAILS").unwrap().stamp);

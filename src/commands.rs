@@ -37,7 +37,7 @@ pub extern "C" fn allow(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
     guarded(ctx, || execute(ctx, argv, argc, Command::Allow))
 }
 
-/// `XCLOAK.PEEK key window limit [TIER window limit]... [COST cost] [NOW unix-ms]`
+/// `XCLOAK.PEEK key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [OLDEST]`
 pub extern "C" fn peek(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     guarded(ctx, || execute(ctx, argv, argc, Command::Peek))
 }
@@ -116,6 +116,9 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
         let key = unsafe { Key::open(ctx, strings[1], true) };
         match compact::apply(key, &effect, strings.get(3).map(|&s| bytes_of(s))) {
             Ok(()) => unsafe {
+                // An effect is replicated only when it changed the window: a
+                // reader tracking it on this replica is told.
+                store::signal_modified(ctx, strings[1]);
                 api!(RedisModule_ReplicateVerbatim)(ctx);
                 api!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr());
             },
@@ -220,9 +223,13 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         }
         Command::Peek => {
             let decision = window::peek(&key, &request, now_ms);
+            // OLDEST: where the binding tier's window starts, -1 if it is empty.
+            let oldest = request
+                .oldest
+                .then(|| window::oldest_live(&key, decision.binding().window_ms, now_ms).unwrap_or(-1));
             drop(key);
             PEEKS.fetch_add(1, Relaxed);
-            reply_details(ctx, &decision, request.tiers.is_tiered(), None);
+            reply_details(ctx, &decision, request.tiers.is_tiered(), oldest);
         }
     }
 }
@@ -235,8 +242,9 @@ fn count(allowed: bool) {
 /// The details reply: allowed, then the binding tier's limit, remaining,
 /// retry_after_ms, reset_after_ms; with `TIER`, a sixth element holding
 /// `[window, limit, remaining, retry_after_ms, reset_after_ms]` per tier;
-/// with `STAMP`, the stamp last.
-fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: bool, stamp: Option<i64>) {
+/// last, `last`: with ALLOW's `STAMP` the stamp, with PEEK's `OLDEST` the
+/// oldest live entry's stamp.
+fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: bool, last: Option<i64>) {
     let binding = decision.binding();
     let fields = [
         decision.allowed as i64,
@@ -246,7 +254,7 @@ fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: boo
         binding.reset_after_ms,
     ];
     unsafe {
-        api!(RedisModule_ReplyWithArray)(ctx, (fields.len() + tiered as usize + stamp.is_some() as usize) as _);
+        api!(RedisModule_ReplyWithArray)(ctx, (fields.len() + tiered as usize + last.is_some() as usize) as _);
         for field in fields {
             api!(RedisModule_ReplyWithLongLong)(ctx, field);
         }
@@ -260,8 +268,8 @@ fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: boo
                 }
             }
         }
-        if let Some(stamp) = stamp {
-            api!(RedisModule_ReplyWithLongLong)(ctx, stamp);
+        if let Some(last) = last {
+            api!(RedisModule_ReplyWithLongLong)(ctx, last);
         }
     }
 }

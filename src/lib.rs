@@ -71,6 +71,7 @@ mod module {
                 return refuse(ctx, &message);
             }
         }
+        store::set_module_options(ctx.ctx, compact::registered());
         for (handler, flags, doc) in COMMANDS {
             // SAFETY: called from OnLoad with the server's context; the names
             // and flags are NUL-terminated statics.

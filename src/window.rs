@@ -133,6 +133,12 @@ pub fn peek<L: Log>(log: &L, request: &Request, now_ms: i64) -> Decision {
     describe(log, request, now_ms, allowed, false, &live)
 }
 
+/// `XCLOAK.PEEK ... OLDEST`: the stamp of the oldest entry live in a window
+/// of `window_ms` at `now_ms` (what a moving window's start is), if any.
+pub fn oldest_live<L: Log>(log: &L, window_ms: i64, now_ms: i64) -> Option<i64> {
+    log.nth_live(now_ms - window_ms, 1)
+}
+
 fn fits(live: u64, tier: &Tier, cost: i64) -> bool {
     live + cost as u64 <= tier.limit as u64
 }
@@ -255,7 +261,7 @@ pub(crate) mod tests {
         for &(window_ms, limit) in &tiers[1..] {
             assert!(list.push(Tier { window_ms, limit }));
         }
-        Request { tiers: list, cost, now_ms: None, details: true, stamp: false }
+        Request { tiers: list, cost, now_ms: None, details: true, stamp: false, oldest: false }
     }
 
     /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`: the reply's first five.
@@ -449,6 +455,19 @@ pub(crate) mod tests {
             assert_eq!(a.allowed, b.allowed, "at {now}");
             assert_eq!(plain.0, detailed.0, "at {now}");
         }
+    }
+
+    #[test]
+    fn the_oldest_live_entry_is_the_first_above_the_cutoff() {
+        let log = VecLog(vec![100, 100, 400, 900]);
+        assert_eq!(oldest_live(&log, 1000, 1000), Some(100));
+        // At 1100 the entries from 100 have left (100 <= 1100 - 1000).
+        assert_eq!(oldest_live(&log, 1000, 1100), Some(400));
+        assert_eq!(oldest_live(&log, 200, 1000), Some(900));
+        assert_eq!(oldest_live(&log, 100, 1000), None, "900 <= 1000 - 100: nothing live");
+        // A clock step back: every entry is live, the oldest first.
+        assert_eq!(oldest_live(&log, 10, 50), Some(100));
+        assert_eq!(oldest_live(&VecLog::default(), 1000, 1000), None);
     }
 
     #[test]

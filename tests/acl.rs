@@ -135,3 +135,54 @@ fn the_read_category_grants_peek_where_categories_exist() {
     assert!(refused(&mut reader, &allow("rl:a")).starts_with("NOPERM"));
     assert_eq!(digest(&mut admin), before);
 }
+
+/// The fallback user documented in docs/commands.md (the line itself, read
+/// from the file) runs every script on a server without the module: ALLOW
+/// with tiers, DETAILS and STAMP (every command the allow script calls), PEEK
+/// through EVALSHA_RO on 7.0+, REFUND, and EVAL after NOSCRIPT; and is still
+/// held to its key pattern. A command missing from the line fails inside the
+/// script with NOPERM.
+#[test]
+fn the_documented_fallback_user_runs_every_script() {
+    let docs = include_str!("../docs/commands.md");
+    let line = docs
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER api on >secret ~rl:*") && l.contains("+evalsha "))
+        .expect("the fallback user's line in docs/commands.md");
+    let server = ServerConfig::without_module().start();
+    let mut admin = server.client();
+    let mut rules: Vec<&str> = line.split_whitespace().skip(2).collect();
+    if !at_least_7_0() {
+        rules.retain(|r| *r != "+evalsha_ro" && *r != "+eval_ro");
+    }
+    rules[2] = ">pw";
+    setuser(&mut admin, &rules).unwrap_or_else(|e| panic!("{line}: {e}"));
+    let script = |name: &str| -> String {
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lua").join(name)).unwrap()
+    };
+    let (allow_lua, peek_lua, refund_lua) = (script("xcloak_allow.lua"), script("xcloak_peek.lua"), script("xcloak_refund.lua"));
+    let mut conn = login(&server, "api");
+    let sha = |conn: &mut Connection, text: &str| -> String { redis::cmd("SCRIPT").arg("LOAD").arg(text).query(conn).unwrap() };
+    let allow_sha = sha(&mut conn, &allow_lua);
+    let evalsha = |conn: &mut Connection, eval: &str, sha: &str, args: &[&str]| -> Value {
+        redis::cmd(eval).arg(sha).arg(1).arg(args).query(conn).unwrap_or_else(|e| panic!("{eval} {args:?}: {e}"))
+    };
+    // Two admissions in one millisecond (the second reads the slot of the first),
+    // then a rejection with its details (the retry's ZRANGEBYSCORE, per-tier ZCOUNT).
+    for _ in 0..2 {
+        evalsha(&mut conn, "EVALSHA", &allow_sha, &["rl:a", "60000", "2", "TIER", "1000", "5", "NOW", "1700000000000", "DETAILS", "STAMP"]);
+    }
+    let rejected = evalsha(&mut conn, "EVALSHA", &allow_sha, &["rl:a", "60000", "2", "TIER", "1000", "5", "NOW", "1700000000001", "DETAILS"]);
+    assert!(matches!(&rejected, Value::Array(items) if items.first() == Some(&Value::Int(0))), "{rejected:?}");
+    let peek_sha = sha(&mut conn, &peek_lua);
+    let ro = if at_least_7_0() { "EVALSHA_RO" } else { "EVALSHA" };
+    evalsha(&mut conn, ro, &peek_sha, &["rl:a", "60000", "3", "TIER", "1000", "5", "COST", "2", "NOW", "1700000000002", "OLDEST"]);
+    let refund_sha = sha(&mut conn, &refund_lua);
+    assert_eq!(evalsha(&mut conn, "EVALSHA", &refund_sha, &["rl:a", "1700000000000", "COST", "2"]), Value::Int(2));
+    // EVAL of the text, as clients send it after NOSCRIPT.
+    let again: Value = redis::cmd("EVAL").arg(&allow_lua).arg(1).arg("rl:a").arg(60000).arg(2).query(&mut conn).unwrap();
+    assert_eq!(again, Value::Int(1));
+    // The key pattern still holds inside the scripts.
+    let outside = refused(&mut conn, redis::cmd("EVALSHA").arg(&allow_sha).arg(1).arg("other:a").arg(60000).arg(2));
+    assert!(outside.contains("NOPERM") || outside.contains("No permissions"), "{outside}");
+}

@@ -8,7 +8,8 @@
 //! replicas.
 //!
 //! Python, Node and Go dependencies install on first use (`scripts/example-deps.sh`:
-//! PyPI and npm into the examples' git-ignored folders, Go from Debian).
+//! PyPI and npm into the examples' git-ignored folders, Go modules from the Go
+//! module proxy).
 mod common;
 use common::cluster::Cluster;
 use common::*;
@@ -30,7 +31,7 @@ enum Lang {
     Python,
     /// node-redis (`node/ratelimit.js`).
     Node,
-    /// ioredis with `node/xcloak-ioredis.js` (`node/ratelimit-ioredis.js`).
+    /// ioredis with the xcloak package's routing helper (`node/ratelimit-ioredis.js`).
     Ioredis,
     Go,
 }
@@ -60,24 +61,29 @@ fn ensure_deps(lang: Lang) {
     }
 }
 
-/// Builds the Go example the way its doc comment says (GOPATH mode against
-/// Debian's redigo and redisc), into target/go/, with its build cache there.
+/// The `go` command: on PATH, else Go's default install folder.
+fn go_binary() -> PathBuf {
+    let on_path = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if on_path { PathBuf::from("go") } else { PathBuf::from("/usr/local/go/bin/go") }
+}
+
+/// Builds the Go example the way its doc comment says (module mode: its
+/// go.mod points at clients/go; go-redis from the Go module proxy), into
+/// target/go/, with Go's own build cache (shared with clients/go/test.sh).
 fn go_example() -> PathBuf {
     let status = Command::new(repo().join("scripts/example-deps.sh")).arg("go").status().expect("run example-deps.sh");
     assert!(status.success(), "scripts/example-deps.sh go failed");
     let dir = repo().join("target/go");
     let binary = dir.join("ratelimit");
-    let output = Command::new("go")
+    let output = Command::new(go_binary())
         .args(["build", "-o"])
         .arg(&binary)
-        .arg("docs/examples/go/ratelimit.go")
-        .env("GO111MODULE", "off")
-        .env("GOPATH", "/usr/share/gocode")
-        .env("GOCACHE", dir.join("cache"))
-        .current_dir(repo())
+        .arg(".")
+        .env("GOTOOLCHAIN", "local")
+        .current_dir(repo().join("docs/examples/go"))
         .output()
         .expect("run go build");
-    assert!(output.status.success(), "go build docs/examples/go/ratelimit.go:\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "go build docs/examples/go:\n{}", String::from_utf8_lossy(&output.stderr));
     binary
 }
 
@@ -86,20 +92,22 @@ fn ensure_go_binary() -> PathBuf {
     GO.get_or_init(go_example).clone()
 }
 
-/// Builds the Rust example (`[[example]] ratelimit` in Cargo.toml) with the
-/// cargo running this test, and returns its binary.
+/// Builds the Rust example, a user of the `xcloak-client` crate
+/// (`[[example]] ratelimit` of clients/rust/Cargo.toml), with the cargo
+/// running this test, and returns its binary. `--all-features` is the
+/// feature set clients/rust/test.sh builds, so the two share every artifact.
 fn rust_example() -> PathBuf {
     // Same profile directory as this test binary: target/<profile>/deps/examples-*
     // (`cargo test --release` runs it from target/release).
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(Path::parent).unwrap();
     let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "--quiet", "--example", "ratelimit", "--message-format=short"]);
+    build.args(["build", "--quiet", "-p", "xcloak-client", "--all-features", "--example", "ratelimit", "--message-format=short"]);
     if profile_dir.ends_with("release") {
         build.arg("--release");
     }
     let output = build.current_dir(repo()).output().expect("run cargo");
-    assert!(output.status.success(), "cargo build --example ratelimit:\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "cargo build -p xcloak-client --example ratelimit:\n{}", String::from_utf8_lossy(&output.stderr));
     let binary = profile_dir.join("examples/ratelimit");
     assert!(binary.exists(), "{} not built", binary.display());
     binary
@@ -384,7 +392,7 @@ const ACL_PASSWORD: &str = "secret";
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum ReplicaReads {
     /// Every PEEK on a replica (ioredis `scaleReads: 'slave'`, redis-py
-    /// `target_nodes`, redisc `ReadOnlyConn`, redis-rs `route_command`).
+    /// `target_nodes`, go-redis `ReadOnly`, xcloak-client `read_from_replicas`).
     Only,
     /// node-redis `useReplicas`: the primary and its replicas in turn.
     Shared,
@@ -414,7 +422,7 @@ const CLUSTER_RUNS: &[ClusterRun] = &[
     },
     ClusterRun { name: "redis-py", lang: Lang::Python, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
     ClusterRun { name: "redis-py-asyncio", lang: Lang::Python, options: &["--asyncio"], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
-    ClusterRun { name: "go-redisc", lang: Lang::Go, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
+    ClusterRun { name: "go-redis", lang: Lang::Go, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
     ClusterRun { name: "rust-redis", lang: Lang::Rust, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
 ];
 
@@ -543,9 +551,9 @@ fn cluster_clients_reach_the_key_node_directly() {
     }
 }
 
-/// xcloak-ioredis.js reaches inside ioredis, so it refuses to install into a
-/// version it was not tested with, naming the version, rather than route
-/// wrongly at run time.
+/// The xcloak package's ioredis helper (`xcloak/ioredis`, clients/node)
+/// reaches inside ioredis, so it refuses to install into a version it was not
+/// tested with, naming the version, rather than route wrongly at run time.
 #[test]
 fn the_ioredis_helper_refuses_an_untested_version() {
     ensure_deps(Lang::Ioredis);
@@ -556,9 +564,8 @@ fn the_ioredis_helper_refuses_an_untested_version() {
         std::fs::write(folder.join("package.json"), format!(r#"{{"name":"{package}","version":"{version}","main":"index.js"}}"#)).unwrap();
         std::fs::write(folder.join("index.js"), "module.exports = {};").unwrap();
     }
-    let helper = repo().join("docs/examples/node/xcloak-ioredis.js");
-    let script = format!("require({:?}).install({:?})", helper.to_str().unwrap(), dir.to_str().unwrap());
-    let output = Command::new("node").args(["-e", &script]).output().expect("run node");
+    let script = format!("require('xcloak/ioredis').install({{ from: {:?} }})", dir.to_str().unwrap());
+    let output = Command::new("node").args(["-e", &script]).current_dir(repo().join("docs/examples/node")).output().expect("run node");
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "install() accepted ioredis 5.9.9:\n{stderr}");

@@ -146,7 +146,7 @@ const WINDOW_RANGE: &str = "ERR window must be an integer from 1 to 900719925474
 const LIMIT_RANGE: &str = "ERR limit must be an integer from 0 to 1000000";
 const ALLOW_UNKNOWN: &str = "(expected TIER, COST, NOW, DETAILS or STAMP)";
 const STAMP_RANGE: &str = "ERR stamp must be an integer from 0 to 9007199254740991 (unix time in milliseconds)";
-const PEEK_UNKNOWN: &str = "(expected TIER, COST or NOW)";
+const PEEK_UNKNOWN: &str = "(expected TIER, COST, NOW or OLDEST)";
 const TIER_VALUES: &str = "ERR syntax error, TIER needs a window and a limit";
 
 /// Each mistake and its exact reply, for both commands where it applies.
@@ -180,6 +180,10 @@ fn mistakes() -> Vec<(&'static str, String)> {
         ("XCLOAK.ALLOW k 10 5 STAMP stamp", "ERR syntax error, STAMP is given more than once".to_string()),
         ("XCLOAK.ALLOW k 10 5 STAMP 5", format!("ERR syntax error, unknown option '5' {ALLOW_UNKNOWN}")),
         ("XCLOAK.PEEK k 10 5 STAMP", format!("ERR syntax error, unknown option 'STAMP' {PEEK_UNKNOWN}")),
+        // OLDEST (PEEK only).
+        ("XCLOAK.PEEK k 10 5 OLDEST oldest", "ERR syntax error, OLDEST is given more than once".to_string()),
+        ("XCLOAK.PEEK k 10 5 OLDEST 5", format!("ERR syntax error, unknown option '5' {PEEK_UNKNOWN}")),
+        ("XCLOAK.ALLOW k 10 5 DETAILS OLDEST", format!("ERR syntax error, unknown option 'OLDEST' {ALLOW_UNKNOWN}")),
         ("XCLOAK.REFUND k -1", STAMP_RANGE.to_string()),
         ("XCLOAK.REFUND k 9007199254740992", STAMP_RANGE.to_string()),
         ("XCLOAK.REFUND k 1e3", STAMP_RANGE.to_string()),

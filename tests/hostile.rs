@@ -115,7 +115,7 @@ fn cases() -> Vec<(Vec<Vec<u8>>, &'static str)> {
         (ALLOW, &[b"k", b"1000", b"10", b""], "unknown option ''"),
         (ALLOW, &[b"k", b"1000", b"10", b"NOW", b"1", b"DETAILS", b"extra"], "unknown option 'extra'"),
         (ALLOW, &[b"k", b"1000", b"10", b"\0\r\nX"], "unknown option '???X'"),
-        (PEEK, &[b"k", b"1000", b"10", b"DETAILS"], "unknown option 'DETAILS' (expected TIER, COST or NOW)"),
+        (PEEK, &[b"k", b"1000", b"10", b"DETAILS"], "unknown option 'DETAILS' (expected TIER, COST, NOW or OLDEST)"),
         (PEEK, &[b"k", b"1000", b"10", b"NOWX"], "unknown option 'NOWX'"),
         // Binary and empty keys with a bad argument: the argument is named, the key untouched.
         (ALLOW, &[b"\0\r\n", b"0", b"10"], w),

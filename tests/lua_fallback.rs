@@ -20,6 +20,7 @@ use std::time::Duration;
 
 const FALLBACK: &str = include_str!("../src/lua/xcloak_allow.lua");
 const REFUND_FALLBACK: &str = include_str!("../src/lua/xcloak_refund.lua");
+const PEEK_FALLBACK: &str = include_str!("../src/lua/xcloak_peek.lua");
 const MAX_EXACT_MS: i64 = 9_007_199_254_740_991;
 
 /// Which implementation answers a call.
@@ -330,6 +331,128 @@ fn fallback_equals_the_command_on_random_sequences() {
             Ok(())
         })
         .unwrap();
+}
+
+/// `XCLOAK.PEEK key args...`, or the peek script with the same arguments
+/// (through EVALSHA_RO where the server has it, as a client reading a replica
+/// sends it).
+fn peek_cmd(via: Via, sha: &str, key: &str, args: &[String]) -> redis::Cmd {
+    let mut cmd = match via {
+        Via::Native => redis::cmd("XCLOAK.PEEK"),
+        Via::Lua => {
+            let mut cmd = redis::cmd(if at_least_7_0() { "EVALSHA_RO" } else { "EVALSHA" });
+            cmd.arg(sha).arg(1);
+            cmd
+        }
+    };
+    cmd.arg(key).arg(args);
+    cmd
+}
+
+/// The peek arguments of an ALLOW argument list: the same, without DETAILS
+/// and STAMP (PEEK always replies the details and records nothing).
+fn peek_args(args: &[String]) -> Vec<String> {
+    args.iter().filter(|a| *a != "DETAILS" && *a != "STAMP").cloned().collect()
+}
+
+/// The peek script answers what XCLOAK.PEEK answers, after every call of a
+/// random sequence (on the key the command drives), and writes nothing: the
+/// members, the TTL and the dataset's digest are the same before and after.
+#[test]
+fn peek_fallback_equals_the_command_on_random_sequences() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_fallback(&mut conn);
+    let peek_sha = load_script(&mut conn, PEEK_FALLBACK);
+    let conn = RefCell::new(conn);
+    runner(48)
+        .run(&sequence_strategy(), |sequence| {
+            let mut conn = conn.borrow_mut();
+            let key = fresh_key("peek");
+            for (i, (_, args, _)) in sequence.calls().into_iter().enumerate() {
+                let before = observe(&mut conn, Via::Native, &sha, &key, &args);
+                let mut peek = peek_args(&args);
+                if i % 2 == 1 {
+                    // Where the binding tier's window starts: the same entry from both.
+                    peek.push("OLDEST".into());
+                }
+                let native = observe_cmd(&mut conn, peek_cmd(Via::Native, &peek_sha, &key, &peek), &key);
+                let lua = observe_cmd(&mut conn, peek_cmd(Via::Lua, &peek_sha, &key, &peek), &key);
+                let what = format!("peek after call {i} {peek:?}");
+                prop_assert!(matches!(native.reply, Reply::Fields(_) | Reply::Nested(_)), "{what}: native replied {:?}", native.reply);
+                prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
+                prop_assert_eq!(&lua.entries, &before.entries, "{}: the script changed the members", what);
+                prop_assert_eq!(lua.pttl, native.pttl, "{}: the script touched the TTL", what);
+            }
+            let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
+            Ok(())
+        })
+        .unwrap();
+    // Nothing for a missing key, and no key created.
+    let mut conn = conn.borrow_mut();
+    let args: Vec<String> = ["60000", "5", "NOW", "1700000000000"].map(String::from).to_vec();
+    let lua = normalise(peek_cmd(Via::Lua, &peek_sha, "peek:missing", &args).query(&mut *conn));
+    assert_eq!(lua, Reply::Fields(vec![1, 5, 5, 0, 0]));
+    assert_eq!(lua, normalise(peek_cmd(Via::Native, &peek_sha, "peek:missing", &args).query(&mut *conn)));
+    let oldest: Vec<String> = args.iter().cloned().chain(["OLDEST".to_string()]).collect();
+    let lua = normalise(peek_cmd(Via::Lua, &peek_sha, "peek:missing", &oldest).query(&mut *conn));
+    assert_eq!(lua, Reply::Fields(vec![1, 5, 5, 0, 0, -1]), "OLDEST of an empty window is -1");
+    assert_eq!(lua, normalise(peek_cmd(Via::Native, &peek_sha, "peek:missing", &oldest).query(&mut *conn)));
+    assert_eq!(key_type(&mut conn, "peek:missing"), "none");
+}
+
+/// Every bad peek is an error from both, with the same text (PEEK's grammar:
+/// no DETAILS, no STAMP), and changes nothing; another type gets WRONGTYPE.
+#[test]
+fn peek_errors_match_the_command() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_script(&mut conn, PEEK_FALLBACK);
+    let _: i64 = redis::cmd("ZADD").arg("z").arg(5).arg("5000").query(&mut conn).unwrap();
+    let _: () = redis::cmd("SET").arg("s").arg("text").query(&mut conn).unwrap();
+    let bad: &[&[&str]] = &[
+        &["10"],
+        &["0", "1"],
+        &["9007199254740992", "1"],
+        &["1.5", "1"],
+        &["10", "-1"],
+        &["10", "1000001"],
+        &["10", "1", "COST"],
+        &["10", "1", "COST", "0"],
+        &["10", "1", "COST", "1", "COST", "1"],
+        &["10", "1", "NOW", "-1"],
+        &["10", "1", "NOW", "1", "now", "1"],
+        &["10", "1", "DETAILS"],
+        &["10", "1", "STAMP"],
+        &["10", "1", "OLDEST", "OLDEST"],
+        &["10", "1", "OLDEST", "1"],
+        &["10", "1", "TIER", "5", "1", "OLDEST", "TIER", "5"],
+        &["10", "1", "it's-a-long-and-weird-\u{1}-token-of-more-than-32-bytes"],
+        &["10", "1", "TIER", "5"],
+        &["10", "1", "TIER", "0", "1"],
+        &["10", "1", "TIER", "5", "1", "TIER", "5", "1000001"],
+    ];
+    let too_many: Vec<String> = ["10", "1"].into_iter().chain(["TIER", "5", "1"].repeat(16)).map(String::from).collect();
+    let bad: Vec<Vec<String>> =
+        bad.iter().map(|args| args.iter().map(|s| s.to_string()).collect()).chain([too_many]).collect();
+    let before = entries(&mut conn, "z");
+    for args in bad {
+        let lua = normalise(peek_cmd(Via::Lua, &sha, "z", &args).query(&mut conn));
+        let native = normalise(peek_cmd(Via::Native, &sha, "z", &args).query(&mut conn));
+        assert!(matches!(native, Reply::Error(_)), "{args:?}: native replied {native:?}");
+        let native = match native {
+            Reply::Error(text) if !at_least_7_0() && text.contains("wrong number of arguments") => {
+                Reply::Error(text.replace("'XCLOAK.PEEK'", "'xcloak.peek'"))
+            }
+            other => other,
+        };
+        assert_eq!(lua, native, "{args:?}");
+        assert_eq!(entries(&mut conn, "z"), before, "{args:?} changed the key");
+    }
+    let args: Vec<String> = vec!["10".into(), "1".into()];
+    let lua = normalise(peek_cmd(Via::Lua, &sha, "s", &args).query(&mut conn));
+    assert_eq!(lua, Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
+    assert_eq!(lua, normalise(peek_cmd(Via::Native, &sha, "s", &args).query(&mut conn)));
 }
 
 /// One key, calls alternating at random between the command and the fallback,
@@ -799,4 +922,36 @@ fn ttl_is_window_plus_margin_from_the_server_clock() {
         let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
         assert!(pttl > window + 1000, "{via:?}: a rejection changed the TTL to {pttl}");
     }
+}
+
+/// An admission that outlasts its own window + 1 s (a COST of 10^6 entries,
+/// with the server stopped for 1.5 s mid-call) answers its details like the
+/// command, and leaves the key as the command does. The script used to arm
+/// the expiry before reading the window for its reply: the deadline, counted
+/// from the call's start, was already past, PEXPIREAT deleted the window, and
+/// the reply failed on the missing key (`bad argument #1 to 'ceil'`) although
+/// the admission had been applied.
+#[test]
+fn an_admission_slower_than_its_window_replies_like_the_command() {
+    let server = Server::start();
+    let sha = load_fallback(&mut server.client());
+    let pid = server.pid().expect("running").to_string();
+    let mut outcomes = Vec::new();
+    for via in [Via::Lua, Via::Native] {
+        let key = format!("slow-{via:?}");
+        let args: Vec<String> = ["1", "1000000", "NOW", "1700000000000", "COST", "1000000", "DETAILS"].map(String::from).to_vec();
+        let mut conn = server.client();
+        let (sha, key2, args2) = (sha.clone(), key.clone(), args.clone());
+        let call_thread = std::thread::spawn(move || call(&mut conn, via, &sha, &key2, &args2));
+        std::thread::sleep(Duration::from_millis(150));
+        let stop = std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let cont = std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+        assert!(stop.success() && cont.success());
+        let reply = call_thread.join().unwrap();
+        let exists: i64 = redis::cmd("EXISTS").arg(&key).query(&mut server.client()).unwrap();
+        outcomes.push((reply, exists));
+    }
+    assert_eq!(outcomes[0].0, Reply::Fields(vec![1, 1_000_000, 0, 0, 1]), "the script's reply");
+    assert_eq!(outcomes[0], outcomes[1], "script and command differ");
 }

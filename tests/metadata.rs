@@ -178,6 +178,7 @@ fn command_docs_on_7_0_and_their_absence_on_6_2() {
             expected.push(arg("stamp", "pure-token", Some("STAMP"), true));
         } else {
             assert!(summary.contains("writing nothing"), "{summary}");
+            expected.push(arg("oldest", "pure-token", Some("OLDEST"), true));
         }
         assert_eq!(documented_arguments(docs), expected, "{name}");
         let key = &items(field(docs, "arguments").unwrap())[0];

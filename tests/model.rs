@@ -1,7 +1,7 @@
 //! Model-based test: a plain-Rust reference model of the sliding window,
 //! written here from the specification (issues 3, 12 and 13), against the live
 //! XCLOAK.ALLOW / XCLOAK.PEEK / XCLOAK.REFUND over random call sequences with
-//! 1 to 4 tiers, `STAMP`, and refunds of earlier, expired, partial, doubled
+//! 1 to 4 tiers, `STAMP`, PEEK's `OLDEST`, and refunds of earlier, expired, partial, doubled
 //! and unknown stamps. Every field of the reply (the five integers, with
 //! `TIER` the per-tier array, with `STAMP` the stamp; a refund's count) is
 //! compared after every call, and so is the stored log, on both storage forms.
@@ -32,7 +32,8 @@ type TierFields = [i64; 5];
 struct Expected {
     five: [i64; 5],
     tiers: Vec<TierFields>,
-    /// With `STAMP`: the admission's stamp, or -1.
+    /// With `STAMP`: the admission's stamp, or -1; with PEEK's `OLDEST`:
+    /// the oldest entry live in the binding tier's window, or -1.
     stamp: Option<i64>,
 }
 
@@ -76,6 +77,11 @@ impl Model {
         let allowed = tiers.iter().zip(&live).all(|(&(_, limit), live)| live.len() as i64 + cost <= limit);
         reply(tiers, &live, &live, allowed, cost, now)
     }
+
+    /// PEEK's `OLDEST`: the oldest entry live in a window of `window` at `now`, or -1.
+    fn oldest(&self, window: i64, now: i64) -> i64 {
+        self.live(window, now).first().copied().unwrap_or(-1)
+    }
 }
 
 /// The reply as issues 3 and 12 define it, from each tier's live entries
@@ -110,6 +116,13 @@ fn reply(tiers: &[(i64, i64)], before: &[Vec<i64>], after: &[Vec<i64>], allowed:
     let b = fields[binding];
     let tiers = if tiers.len() > 1 { fields } else { Vec::new() };
     Expected { five: [allowed as i64, b[1], b[2], b[3], b[4]], tiers, stamp: None }
+}
+
+/// The binding tier's window: the first tier whose fields are the reply's
+/// five (docs/clients.md, "The binding tier"), tier 0 without `TIER`.
+fn binding_window(expected: &Expected, tiers: &[(i64, i64)]) -> i64 {
+    let index = expected.tiers.iter().position(|t| t[1..] == expected.five[1..]).unwrap_or(0);
+    tiers[index].0
 }
 
 /// A details reply as `Expected`: five integers, then the per-tier array if
@@ -171,11 +184,15 @@ fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result
             prop_assert_eq!(integer(&got)?, model.refund(stamp, cost), "{}", context);
         } else {
             let mut expected = if call.peek { model.peek(tiers, cost, now) } else { model.allow(tiers, cost, now) };
-            if call.stamp {
+            if call.stamp && !call.peek {
                 expected.stamp = Some(if expected.five[0] == 1 { now } else { -1 });
             }
+            if call.oldest && call.peek {
+                expected.stamp = Some(model.oldest(binding_window(&expected, tiers), now));
+            }
             if call.details || call.peek {
-                prop_assert_eq!(parse_details(&got, call.stamp)?, expected, "{}", context);
+                let trailing = (call.stamp && !call.peek) || (call.oldest && call.peek);
+                prop_assert_eq!(parse_details(&got, trailing)?, expected, "{}", context);
             } else {
                 prop_assert_eq!(integer(&got)?, expected.stamp.unwrap_or(expected.five[0]), "{}", context);
             }
@@ -229,6 +246,8 @@ fn the_model_matches_hand_computed_fields() {
     assert_eq!(five(model.peek(&one(1000, 3), 4, 400)), [0, 3, 0, -1, 900]);
     assert_eq!(five(model.peek(&one(1000, 3), 1, 1100)), [1, 3, 1, 0, 200]);
     assert_eq!(model.stamps, [100, 200, 300], "PEEK does not trim");
+    assert_eq!(model.oldest(1000, 1100), 200, "100 has left the window at 1100, 200 starts it");
+    assert_eq!(model.oldest(500, 1100), -1, "nothing live in the last 500 ms");
     assert_eq!(five(model.allow(&one(1000, 3), 2, 1100)), [0, 3, 1, 100, 200], "200 must leave for 2 to fit");
     assert_eq!(model.stamps, [200, 300], "ALLOW trims");
     assert!(model.allow(&one(1000, 3), 1, 1100).tiers.is_empty(), "no per-tier array without TIER");
@@ -272,10 +291,10 @@ fn large_windows_across_the_encoding_change() {
     let mut calls = Vec::new();
     for i in 0..140 {
         let step = if i % 10 == 0 { Step::Forward(7) } else { Step::Zero };
-        calls.push(Call { refund: None, stamp: false, peek: i % 3 == 0, details: true, cost: Some(1 + i % 3), step, new_tiers: None });
+        calls.push(Call { refund: None, stamp: false, peek: i % 3 == 0, oldest: i % 2 == 0, details: true, cost: Some(1 + i % 3), step, new_tiers: None });
     }
-    calls.push(Call { refund: None, stamp: false, peek: false, details: true, cost: None, step: Step::Back(50), new_tiers: Some(vec![(10_000, 150)]) });
-    calls.push(Call { refund: None, stamp: false, peek: true, details: true, cost: Some(3), step: Step::WindowPlusOne(0), new_tiers: None });
+    calls.push(Call { refund: None, stamp: false, peek: false, oldest: false, details: true, cost: None, step: Step::Back(50), new_tiers: Some(vec![(10_000, 150)]) });
+    calls.push(Call { refund: None, stamp: false, peek: true, oldest: true, details: true, cost: Some(3), step: Step::WindowPlusOne(0), new_tiers: None });
     let sequence = Sequence { tiers: vec![(10_000, 300), (20, 40), (1_000, 200)], calls };
     check(&mut conn, "model:pinned", &sequence).unwrap();
     let card: usize = redis::cmd("ZCARD").arg("model:pinned").query(&mut conn).unwrap();

@@ -282,10 +282,20 @@ if allowed then
     k = k + batch
     needed = needed - redis.call('ZADD', key, 'NX', unpack(args))
   end
-  -- As the module: re-arm only when the expiry is 500 ms or more below
-  -- window + 1000 (a busy key re-arms at most every 500 ms), and never shorten
-  -- it: after a server clock step back, entries stamped before the step must
-  -- outlive the new, earlier deadline.
+end
+
+-- As the module: after an admission, re-arm only when the expiry is 500 ms or
+-- more below window + 1000 (a busy key re-arms at most every 500 ms), and never
+-- shorten it: after a server clock step back, entries stamped before the step
+-- must outlive the new, earlier deadline. Armed last, once the reply is built:
+-- an admission slower than window + 1 s (a COST of 10^6) gets a deadline that
+-- is already past, and PEXPIREAT deletes the key at once, as the module's does
+-- (its entries have all left the window by then); read after that, the key
+-- would be missing.
+local function arm_expiry()
+  if not allowed then
+    return
+  end
   local ttl = redis.call('PTTL', key)
   if ttl < 0 or ttl - 500 <= longest then
     redis.call('PEXPIREAT', key, exact_sum(server_ms + 1000, longest))
@@ -299,6 +309,7 @@ if allowed then
 end
 
 if not details then
+  arm_expiry()
   if want_stamp then
     return stamp_reply
   end
@@ -365,4 +376,5 @@ end
 if want_stamp then
   reply[#reply + 1] = stamp_reply
 end
+arm_expiry()
 return reply

@@ -91,15 +91,8 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         return Err("could not register the data type xcloaklog (STORAGE compact)".to_string());
     }
     TYPE.store(created, Relaxed);
-    // A short read while loading sets an error the loader checks, instead of
-    // aborting the server (and so allows diskless replica loads); the module
-    // keeps no state outside its keys, so an asynchronous (swapdb) load into
-    // a second keyspace is safe as well.
-    // SAFETY: as above.
-    if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
-        let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
-        unsafe { set_options(ctx, options as c_int) };
-    }
+    // The type's load options (short reads, swapdb loads) are set with the
+    // module's others, once: `store::set_module_options`.
     Ok(())
 }
 

@@ -72,7 +72,7 @@ pub fn missing_api() -> Option<&'static str> {
         RedisModule_NotifyKeyspaceEvent, RedisModule_CreateString, RedisModule_CreateStringFromLongLong,
         RedisModule_FreeString, RedisModule_StringPtrLen, RedisModule_Milliseconds,
         RedisModule_WrongArity, RedisModule_ReplyWithLongLong, RedisModule_ReplyWithArray,
-        RedisModule_ReplyWithError,
+        RedisModule_ReplyWithError, RedisModule_SetModuleOptions, RedisModule_SignalModifiedKey,
         // The compact form (its callbacks run only once its type is registered).
         RedisModule_CreateDataType, RedisModule_ModuleTypeGetType, RedisModule_ModuleTypeGetValue,
         RedisModule_ModuleTypeSetValue, RedisModule_ModuleTypeReplaceValue, RedisModule_SaveUnsigned, RedisModule_LoadUnsigned,
@@ -80,6 +80,33 @@ pub fn missing_api() -> Option<&'static str> {
         RedisModule_EmitAOF, RedisModule_DigestAddStringBuffer, RedisModule_DigestEndSequence,
         RedisModule_Free, RedisModule_Log, RedisModule_LogIOError,
     )
+}
+
+/// Sets the module's options, once, at load (`RedisModule_SetModuleOptions`
+/// replaces them all at each call):
+/// - the module signals a modified key itself ([`signal_modified`]): the
+///   server would otherwise signal every key a command opened for writing,
+///   so a rejection that changed nothing would abort a WATCH and send a
+///   client-side-caching invalidation (docs/commands.md, "WATCH and
+///   client-side caching");
+/// - with the compact type: a short read while loading sets an error the
+///   loader checks, instead of aborting the server (and so allows diskless
+///   replica loads); and as the module keeps no state outside its keys, an
+///   asynchronous (swapdb) load into a second keyspace is safe.
+pub fn set_module_options(ctx: *mut raw::RedisModuleCtx, compact_type: bool) {
+    let mut options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
+    if compact_type {
+        options |= raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
+    }
+    // SAFETY: the load context; checked present by `missing_api`.
+    unsafe { api!(RedisModule_SetModuleOptions)(ctx, options as c_int) };
+}
+
+/// Tells the server that the key `name` changed (WATCH, client-side
+/// caching): after every call that changed what a key stores, and only then.
+pub fn signal_modified(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString) {
+    // SAFETY: the context and a key name of the call being executed.
+    unsafe { api!(RedisModule_SignalModifiedKey)(ctx, name) };
 }
 
 /// The two forms of a window (named as `STORAGE` and `XCLOAK.CONVERT` name them).
@@ -326,6 +353,7 @@ impl Window {
         }
         each_form!(self, log => log.replicate_changes(expire_at_ms));
         announce(key, changes);
+        signal_modified(key.ctx, key.name);
     }
 
     /// Before the first entry goes into a key that this call emptied (or
@@ -411,6 +439,7 @@ pub unsafe fn convert(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModule
         key.replicate_pexpireat(expire_at_ms);
     }
     key.notify(raw::NotifyEvent::GENERIC, c"xcloak.convert");
+    signal_modified(ctx, name);
     Ok(true)
 }
 

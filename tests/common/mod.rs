@@ -19,7 +19,10 @@ pub use redis;
 use redis::{Connection, RedisResult};
 
 pub mod cluster;
+pub mod resp;
 pub mod sequences;
+pub mod stream;
+pub mod valgrind;
 
 /// The article's script, verbatim: the reference semantics.
 pub const ARTICLE_SCRIPT: &str = include_str!("../oracle/article.lua");
@@ -57,6 +60,11 @@ pub fn server_version() -> (u32, u32, u32) {
 
 pub fn is_valkey() -> bool {
     version_line().to_ascii_lowercase().contains("valkey")
+}
+
+/// Redis 6.2+ (or any Valkey): has CLIENT PAUSE WRITE, FAILOVER, COPY, GETEX.
+pub fn at_least_6_2() -> bool {
+    is_valkey() || server_version() >= (6, 2, 0)
 }
 
 /// Redis 7.0+ (or any Valkey): has `enable-debug-command`, COMMAND DOCS, module configs.
@@ -157,6 +165,8 @@ pub struct Server {
     child: Option<Child>,
     /// Set by `wait_ready` when another process's server holds our port.
     port_taken: bool,
+    /// valgrind logs of this server already checked (`XCLOAK_VALGRIND`).
+    valgrind_checked: Vec<PathBuf>,
 }
 
 impl Server {
@@ -183,7 +193,7 @@ impl Server {
         let dir = std::env::temp_dir().join(format!("xcloak-test-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("test directory");
-        Server { port, dir, config, child: None, port_taken: false }
+        Server { port, dir, config, child: None, port_taken: false, valgrind_checked: Vec::new() }
     }
 
     fn command_line(&self) -> Vec<String> {
@@ -215,7 +225,17 @@ impl Server {
     /// The server process, with this server's options, its output discarded
     /// (the log goes to `server.log` in its directory).
     fn spawn(&self) -> Child {
-        Command::new(server_binary())
+        let mut command = match valgrind::log_dir() {
+            Some(dir) => {
+                valgrind::check_server_binary(&server_binary());
+                std::fs::create_dir_all(&dir).expect("valgrind log directory");
+                let mut command = Command::new("valgrind");
+                command.args(valgrind::command(&dir, self.port)).arg(server_binary());
+                command
+            }
+            None => Command::new(server_binary()),
+        };
+        command
             .args(self.command_line())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
@@ -245,7 +265,7 @@ impl Server {
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + valgrind::patience(Duration::from_secs(20));
         loop {
             if let Ok(mut conn) = self.try_client() {
                 let pong: RedisResult<String> = redis::cmd("PING").query(&mut conn);
@@ -295,26 +315,52 @@ impl Server {
         self.try_client().unwrap_or_else(|e| panic!("connect to {}: {e}\n{}", self.port, self.log()))
     }
 
+    /// The server's process id, while it runs (for `kill -STOP` / `-CONT`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
 
     /// Stops the process (SHUTDOWN, so persistence is flushed as configured).
+    /// Under valgrind, then checks its logs (see `valgrind.rs`).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             if let Ok(mut conn) = self.try_client() {
                 let _: RedisResult<()> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut conn);
             }
-            let deadline = Instant::now() + Duration::from_secs(10);
+            // valgrind's leak check at exit takes a while on a large heap.
+            let deadline = Instant::now() + valgrind::patience(Duration::from_secs(10));
+            let mut exited = false;
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
-                    return;
+                    exited = true;
+                    break;
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            if !exited {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        self.check_valgrind_logs();
+    }
+
+    /// Under valgrind: reads this server's logs not read yet, prints one
+    /// line per process, and fails the test on a memory error or a leak
+    /// through the module (not while already failing: that would abort).
+    fn check_valgrind_logs(&mut self) {
+        let Some(dir) = valgrind::log_dir() else { return };
+        let (lines, failures) = valgrind::check_logs(&dir, &valgrind::log_prefix(self.port), &mut self.valgrind_checked);
+        for line in lines {
+            eprintln!("{line}");
+        }
+        if !failures.is_empty() && !std::thread::panicking() {
+            panic!("valgrind found errors in the server on port {}:\n{}", self.port, failures.join("\n\n"));
         }
     }
 
@@ -332,6 +378,10 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if valgrind::enabled() && self.child.is_some() {
+            // A clean exit, so that valgrind reports; then its verdict.
+            self.stop();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

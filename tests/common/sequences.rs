@@ -2,7 +2,7 @@
 //! shared by the model test (tests/model.rs: against a reference model, on
 //! both storage forms) and the storage differential (tests/storage_diff.rs:
 //! the two forms against each other): 1 to 4 tiers, COST, DETAILS, STAMP,
-//! PEEK, NOW moving by 0, 1, around a tier's window, randomly and backwards,
+//! PEEK (with and without OLDEST), NOW moving by 0, 1, around a tier's window, randomly and backwards,
 //! tiers changing mid-way, and refunds of earlier admissions' stamps (expired,
 //! partial, doubled) or of unknown ones.
 
@@ -45,6 +45,8 @@ pub struct Call {
     /// `STAMP` on an ALLOW.
     pub stamp: bool,
     pub peek: bool,
+    /// `OLDEST` on a PEEK.
+    pub oldest: bool,
     pub details: bool,
     /// `None`: no COST option (the default, 1).
     pub cost: Option<i64>,
@@ -113,6 +115,7 @@ pub fn call() -> impl Strategy<Value = Call> {
             refund,
             stamp: stamp && !(peek && details),
             peek: peek && details, // a quarter PEEK, the rest ALLOW with or without DETAILS
+            oldest: peek && details && stamp, // half the PEEKs ask OLDEST
             details,
             cost,
             step,
@@ -150,6 +153,9 @@ pub fn command_of(call: &Call, key: &str, tiers: &[(i64, i64)], now: i64, refund
     }
     if call.stamp && !call.peek {
         command.arg("STAMP");
+    }
+    if call.oldest && call.peek {
+        command.arg("OLDEST");
     }
     command
 }

@@ -9,13 +9,14 @@
 //
 //   200 RateLimit-Limit: 3 | RateLimit-Remaining: 2 | RateLimit-Reset: 60 | via command
 //
-// With --tier, the reply's sixth field (one [window, limit, remaining,
-// retryAfterMs, resetAfterMs] per tier) as the IETF RateLimit-Policy and
-// RateLimit fields, one policy per tier named by its window (docs/commands.md,
-// "Several tiers"):
+// With --tier, every tier's state as the IETF RateLimit-Policy and RateLimit
+// fields, one policy per tier named by its window (docs/commands.md, "Several
+// tiers"):
 //
 //   200 RateLimit-Policy: "60000ms";q=3;w=60, "3600000ms";q=5;w=3600 | RateLimit: "60000ms";r=2;t=60, "3600000ms";r=4;t=3600 | via command
 'use strict';
+
+const { headers } = require('xcloak');
 
 // Parses argv; `extra` maps an option taking a value (e.g. '--mode') to its
 // default. Exits with the usage on a bad command line.
@@ -63,50 +64,18 @@ function parseArgs(argv, script, extra = {}) {
   };
 }
 
-// `TIER window limit` for each [windowMs, limit].
-function tierArgs(tiers) {
-  return tiers.flatMap(([windowMs, limit]) => ['TIER', String(windowMs), String(limit)]);
+// The status and the header fields of a decision, as the xcloak package
+// writes them: without tiers the draft-06 fields (RateLimit-Limit, -Remaining,
+// -Reset, Retry-After when rejected); with tiers the IETF RateLimit-Policy and
+// RateLimit, one policy per tier, named by its window. Seconds round up, so a
+// client never comes back too early.
+function printDecision(decision) {
+  const fields =
+    decision.tiers.length > 0
+      ? headers(decision, { style: 'ietf', names: decision.tiers.map((t) => `${t.window}ms`) })
+      : headers(decision, { style: 'legacy' });
+  const text = Object.entries(fields).map(([name, value]) => `${name}: ${value}`).join(' | ');
+  console.log(`${decision.allowed ? 200 : 429} ${text} | via ${decision.via}`);
 }
 
-const seconds = (ms) => Math.ceil(ms / 1000); // round up: never send a client back too early
-
-// Status and headers of the HTTP response (delta-seconds, rounded up so a
-// client never comes back too early).
-function httpDecision(details) {
-  if (details.length === 6) return policyDecision(details);
-  const [allowed, limit, remaining, retryAfterMs, resetAfterMs] = details;
-  const headers = {
-    'RateLimit-Limit': String(limit),
-    'RateLimit-Remaining': String(remaining),
-    'RateLimit-Reset': String(Math.ceil(resetAfterMs / 1000)),
-  };
-  if (allowed === 1) return [200, headers];
-  if (retryAfterMs >= 0) headers['Retry-After'] = String(Math.ceil(retryAfterMs / 1000)); // -1: never fits
-  return [429, headers];
-}
-
-// With tiers, draft-ietf-httpapi-ratelimit-headers-09: one policy per tier in
-// RateLimit-Policy (quota, window) and in RateLimit (remaining, seconds until
-// it is back), named by its window; Retry-After is the binding tier's.
-function policyDecision([allowed, , , retryAfterMs, , tiers]) {
-  const name = ([windowMs]) => `"${windowMs}ms"`;
-  const headers = {
-    'RateLimit-Policy': tiers.map((t) => `${name(t)};q=${t[1]};w=${seconds(t[0])}`).join(', '),
-    RateLimit: tiers.map((t) => `${name(t)};r=${t[2]};t=${seconds(t[4])}`).join(', '),
-  };
-  if (allowed === 1) return [200, headers];
-  if (retryAfterMs > 0) headers['Retry-After'] = String(seconds(retryAfterMs)); // -1: never fits
-  return [429, headers];
-}
-
-function printDecision(details, via) {
-  const [status, headers] = httpDecision(details);
-  const fields = Object.entries(headers).map(([name, value]) => `${name}: ${value}`).join(' | ');
-  console.log(`${status} ${fields} | via ${via}`);
-}
-
-function isUnknownCommand(error) {
-  return /unknown command/i.test(error && error.message);
-}
-
-module.exports = { parseArgs, tierArgs, httpDecision, printDecision, isUnknownCommand };
+module.exports = { parseArgs, printDecision };

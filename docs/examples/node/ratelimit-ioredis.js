@@ -1,17 +1,13 @@
-// Rate limiting an HTTP endpoint with XCLOAK.ALLOW, from Node.js (ioredis).
+// Rate limiting an HTTP endpoint with XCLOAK.ALLOW, from Node.js (ioredis),
+// through the xcloak package (clients/node).
 //
-// Asks `XCLOAK.ALLOW key window limit DETAILS` and turns the five fields into
-// the status and headers of an HTTP response. Where the server does not have
-// the module (a managed service), it answers "ERR unknown command": the limiter
-// then runs the portable Lua script instead (a `defineCommand` script: EVALSHA,
-// resent with EVAL when the server answers NOSCRIPT). Both keep the same
-// sorted set.
-//
-// ioredis does not know where the key of a module command is: without
-// xcloak-ioredis.js a `Cluster` sends XCLOAK calls to a random primary and gets
-// MOVED. `install()` teaches it, so calls, pipelines and auto-pipelines go
-// straight to the key's node, `keyPrefix` applies, and `scaleReads` sends
-// XCLOAK.PEEK to replicas.
+// ioredis does not know where the key of a module command is: a plain
+// `Cluster` sends XCLOAK calls to a random primary and gets MOVED. The
+// package's `xcloak/ioredis` helper teaches it (a Limiter installs it by
+// itself; `install()` does it for your own calls), so calls, pipelines and
+// auto-pipelines go straight to the key's node, `keyPrefix` applies, and
+// `scaleReads` sends XCLOAK.PEEK to replicas. Where the server does not have
+// the module, "ERR unknown command" moves that node to the bundled Lua script.
 //
 //   node ratelimit-ioredis.js redis://127.0.0.1:6379/ user:42 60000 3 4 [--cluster] [--keys K]
 //        [--peek] [--tier WINDOW_MS:LIMIT]... [--mode call|pipeline|auto] [--key-prefix PREFIX]
@@ -19,74 +15,20 @@
 //   ...
 //   429 RateLimit-Limit: 3 | RateLimit-Remaining: 0 | RateLimit-Reset: 60 | Retry-After: 60 | via command
 //
-// --mode call: one call at a time (default); pipeline: one pipeline per key
-// with all of that key's requests; auto: every request at once with
-// `enableAutoPipelining`. --peek asks XCLOAK.PEEK instead (writes nothing;
-// with --cluster, `scaleReads: 'slave'` sends it to a replica). --key-prefix
-// sets ioredis's `keyPrefix`. Each --tier adds `TIER window limit` (see cli.js).
+// --mode call: a Limiter, one call at a time (default); auto: a Limiter, every
+// request at once with `enableAutoPipelining`; pipeline: your own ioredis
+// pipeline, one per key with all of that key's requests, read by the package's
+// pure functions (allowCommand, decisionFromReply) and run again through the
+// script (SCRIPTS.allow) when the server lacks the module. --peek asks
+// XCLOAK.PEEK instead (writes nothing; with --cluster, `scaleReads: 'slave'`
+// sends it to a replica). --key-prefix sets ioredis's `keyPrefix`. Each --tier
+// adds `TIER window limit` (see cli.js).
 'use strict';
 
-const fs = require('node:fs');
-const path = require('node:path');
 const Redis = require('ioredis');
-const { install } = require('./xcloak-ioredis');
-const { parseArgs, tierArgs, printDecision, isUnknownCommand } = require('./cli');
-
-install();
-
-const FALLBACK_LUA = fs.readFileSync(
-  process.env.XCLOAK_LUA || path.join(__dirname, '../../../src/lua/xcloak_allow.lua'),
-  'utf8',
-);
-
-class Limiter {
-  constructor(client) {
-    this.client = client;
-    this.via = 'command';
-    // Routed by its key (numberOfKeys) and prefixed like any ioredis command.
-    client.defineCommand('xcloakAllowScript', { numberOfKeys: 1, lua: FALLBACK_LUA });
-  }
-
-  // Queues one request against `key` on `target` (the client, or a pipeline):
-  // at most `limit` per `windowMs`, and the limit of each [windowMs, limit]
-  // of `tiers` per its window.
-  send(target, key, windowMs, limit, tiers, peek) {
-    if (peek) return target.call('xcloak.peek', key, windowMs, limit, ...tierArgs(tiers));
-    if (this.via === 'command') return target.call('xcloak.allow', key, windowMs, limit, ...tierArgs(tiers), 'DETAILS');
-    return target.xcloakAllowScript(key, windowMs, limit, ...tierArgs(tiers), 'DETAILS');
-  }
-
-  // Resolves to [[allowed, limit, remaining, retryAfterMs, resetAfterMs], via];
-  // with tiers, a sixth field: one such array (window first) per tier.
-  async check(key, windowMs, limit, tiers = [], peek = false) {
-    const via = this.via;
-    try {
-      return [await this.send(this.client, key, windowMs, limit, tiers, peek), peek ? 'command' : via];
-    } catch (error) {
-      if (peek || via === 'script' || !isUnknownCommand(error)) throw error;
-      this.via = 'script'; // no module on this server: use the script from now on
-      return this.check(key, windowMs, limit, tiers);
-    }
-  }
-
-  // All of `requests` ([key, ...]) in one pipeline, in order. A pipeline of
-  // one key's requests is always on one node; ioredis refuses a pipeline whose
-  // keys live on different primaries.
-  async checkPipeline(keys, windowMs, limit, tiers = [], peek = false) {
-    const via = this.via;
-    const pipeline = this.client.pipeline();
-    for (const key of keys) this.send(pipeline, key, windowMs, limit, tiers, peek);
-    const results = await pipeline.exec();
-    if (!peek && via === 'command' && results.some(([error]) => isUnknownCommand(error))) {
-      this.via = 'script'; // nothing was written: run them all again through the script
-      return this.checkPipeline(keys, windowMs, limit, tiers);
-    }
-    return results.map(([error, reply]) => {
-      if (error) throw error;
-      return [reply, peek ? 'command' : via];
-    });
-  }
-}
+const { Limiter, SCRIPTS, allowCommand, decisionFromReply, peekCommand } = require('xcloak');
+const { install } = require('xcloak/ioredis');
+const { parseArgs, printDecision } = require('./cli');
 
 function connect(options) {
   const url = new URL(options.url);
@@ -103,22 +45,53 @@ function connect(options) {
   });
 }
 
+const isUnknownCommand = (error) => /^ERR unknown command/i.test(error && error.message);
+
+// All of `keys`'s requests in one pipeline of your own (one key's requests are
+// on one node; ioredis refuses a pipeline whose keys live on different
+// primaries). An entry answered "unknown command" ran nothing: the whole
+// pipeline is sent again through the script (EVAL, which also caches it).
+async function pipelined(client, keys, windowMs, limit, tiers, peek) {
+  const specs = keys.map((key) => ({ key, window: windowMs, limit, tiers }));
+  const commands = specs.map((spec) => (peek ? peekCommand(spec) : allowCommand(spec)));
+  const send = (toArgv) => {
+    const pipeline = client.pipeline();
+    for (const command of commands) pipeline.call(...toArgv(command));
+    return pipeline.exec();
+  };
+  let via = 'command';
+  let results = await send((command) => command);
+  if (!peek && results.some(([error]) => isUnknownCommand(error))) {
+    via = 'script';
+    results = await send(([, key, ...args]) => ['eval', SCRIPTS.allow.text, 1, key, ...args]);
+  }
+  return results.map(([error, reply], i) => {
+    if (error) throw error;
+    return decisionFromReply(reply, specs[i], via);
+  });
+}
+
 async function main(argv) {
   const options = parseArgs(argv, 'ratelimit-ioredis.js', { '--mode': 'call', '--key-prefix': '' });
   const { windowMs, limit, tiers, calls, peek, keyOf } = options;
+  install(); // for the pipeline mode's own calls (a Limiter would install it too)
   const client = connect(options);
   client.on('error', (error) => console.error('redis:', error.message));
   try {
-    const limiter = new Limiter(client);
+    // --mode auto sends every request at once: each call's deadline then also
+    // covers its wait behind the others (and the cluster's first connections),
+    // so this batch allows 10 s instead of the 1 s default for one request.
+    const limiter = new Limiter(client, options['--mode'] === 'auto' ? { timeout: 10000 } : {});
+    const check = (key) => (peek ? limiter.peek(key, windowMs, limit, { tiers }) : limiter.allow(key, windowMs, limit, { tiers }));
     const requests = Array.from({ length: calls }, (_, i) => keyOf(i));
     let decisions;
     switch (options['--mode']) {
       case 'call':
         decisions = [];
-        for (const key of requests) decisions.push(await limiter.check(key, windowMs, limit, tiers, peek));
+        for (const key of requests) decisions.push(await check(key));
         break;
       case 'auto':
-        decisions = await Promise.all(requests.map((key) => limiter.check(key, windowMs, limit, tiers, peek)));
+        decisions = await Promise.all(requests.map(check));
         break;
       case 'pipeline': {
         // Request indexes per key, then one pipeline per key.
@@ -126,7 +99,7 @@ async function main(argv) {
         requests.forEach((key, i) => byKey.set(key, [...(byKey.get(key) || []), i]));
         decisions = new Array(calls);
         for (const [key, indexes] of byKey) {
-          const replies = await limiter.checkPipeline(indexes.map(() => key), windowMs, limit, tiers, peek);
+          const replies = await pipelined(client, indexes.map(() => key), windowMs, limit, tiers, peek);
           indexes.forEach((i, n) => (decisions[i] = replies[n]));
         }
         break;
@@ -135,7 +108,7 @@ async function main(argv) {
         console.error(`--mode must be call, pipeline or auto, not ${options['--mode']}`);
         process.exit(2);
     }
-    for (const [details, via] of decisions) printDecision(details, via);
+    for (const decision of decisions) printDecision(decision);
   } finally {
     await client.quit();
   }

@@ -1,0 +1,111 @@
+// Package ulule is a github.com/ulule/limiter/v3 store on xcloak: every
+// ulule user (its net/http, gin and fasthttp middleware) gets an exact
+// sliding window instead of ulule's fixed one.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	store := ulule.NewStore(xcloak.NewLimiter(rdb, xcloak.Options{}), limiter.StoreOptions{})
+//	instance := limiter.New(store, limiter.Rate{Period: time.Minute, Limit: 100})
+//	middleware := stdlib.NewMiddleware(instance)
+//
+// Get and Increment are XCLOAK.ALLOW (COST count), Peek is XCLOAK.PEEK and
+// Reset is DEL, on the key "<Prefix>:<key>" (Prefix defaults to ulule's
+// "limiter"). Where the server has no module, the Limiter's Lua fallback
+// answers, on the same keys.
+//
+// Two differences from ulule's own stores, both of the sliding window:
+//
+//   - A rejected request records nothing. ulule's counter goes on counting
+//     past the limit (INCRBY), so its Remaining stays 0 until the window
+//     ends; here Remaining is the room left now, and a client that keeps
+//     knocking does not push its own return further away.
+//   - Reset (unix seconds, rounded down as ulule's stores do) is when the request would fit again
+//     when Reached (the window slides: the oldest entries leave one by one),
+//     and when the whole window is empty otherwise. In a fixed window both
+//     are the end of the window.
+//
+// ulule's exported store suite (drivers/store/tests: TestStoreSequentialAccess,
+// TestStoreConcurrentAccess) passes unchanged, with the module and without it.
+package ulule
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ulule/limiter/v3"
+
+	xcloak "github.com/xcloak/xcloak/clients/go"
+)
+
+// Store is a limiter.Store on an xcloak Limiter.
+type Store struct {
+	limiter *xcloak.Limiter
+	prefix  string
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// NewStore returns a Store making its calls with l. Of options, only Prefix
+// applies (default limiter.DefaultPrefix); the Limiter's own Prefix, if any,
+// comes before it.
+func NewStore(l *xcloak.Limiter, options limiter.StoreOptions) *Store {
+	prefix := options.Prefix
+	if prefix == "" {
+		prefix = limiter.DefaultPrefix
+	}
+	return &Store{limiter: l, prefix: prefix}
+}
+
+func (s *Store) key(key string) string { return s.prefix + ":" + key }
+
+// Get records one request (XCLOAK.ALLOW) and returns the window's state.
+func (s *Store) Get(ctx context.Context, key string, rate limiter.Rate) (limiter.Context, error) {
+	return s.Increment(ctx, key, 1, rate)
+}
+
+// Increment records a request of count units, all or nothing (COST count).
+// A count of 0 changes nothing and reads the state (as INCRBY 0 would).
+func (s *Store) Increment(ctx context.Context, key string, count int64, rate limiter.Rate) (limiter.Context, error) {
+	if count == 0 {
+		return s.Peek(ctx, key, rate)
+	}
+	if count < 0 {
+		return limiter.Context{}, errors.New("xcloak/ulule: a count below 0 would unrecord requests; use the Limiter's Refund")
+	}
+	r, err := s.limiter.Allow(ctx, s.key(key), rate.Period, int(rate.Limit), xcloak.WithCost(int(count)))
+	if err != nil {
+		return limiter.Context{}, err
+	}
+	return state(r, rate), nil
+}
+
+// Peek returns the window's state without recording (XCLOAK.PEEK): Reached
+// says whether one more request would be refused now.
+func (s *Store) Peek(ctx context.Context, key string, rate limiter.Rate) (limiter.Context, error) {
+	r, err := s.limiter.Peek(ctx, s.key(key), rate.Period, int(rate.Limit))
+	if err != nil {
+		return limiter.Context{}, err
+	}
+	return state(r, rate), nil
+}
+
+// Reset empties the window (DEL).
+func (s *Store) Reset(ctx context.Context, key string, rate limiter.Rate) (limiter.Context, error) {
+	if _, err := s.limiter.Reset(ctx, s.key(key)); err != nil {
+		return limiter.Context{}, err
+	}
+	return limiter.Context{Limit: rate.Limit, Remaining: rate.Limit, Reset: time.Now().Add(rate.Period).Unix()}, nil
+}
+
+// state is a Result as ulule's Context.
+func state(r xcloak.Result, rate limiter.Rate) limiter.Context {
+	now := time.Now()
+	reset := now.Add(r.ResetAfter)
+	if !r.Allowed && r.RetryAfter > 0 {
+		reset = now.Add(r.RetryAfter)
+	}
+	if r.Via == xcloak.ViaError {
+		reset = now
+	}
+	return limiter.Context{Limit: rate.Limit, Remaining: int64(r.Remaining), Reset: reset.Unix(), Reached: !r.Allowed}
+}

@@ -1,0 +1,29 @@
+"""xcloak: exact sliding-window rate limiting on Redis, from Python.
+
+``Limiter`` (redis-py) and ``AsyncLimiter`` (redis.asyncio) send
+``XCLOAK.ALLOW`` / ``PEEK`` / ``REFUND`` where the server has the xcloak module,
+and the bundled Lua scripts where it doesn't (per node, re-probed), and turn
+replies into :class:`Decision` values and HTTP headers. The contract they
+implement is docs/clients.md of the xcloak repository; ``xcloak.limits``
+plugs into limits (Flask-Limiter, slowapi) and ``xcloak.asgi`` into ASGI apps.
+
+    import redis, xcloak
+    limiter = xcloak.Limiter(redis.Redis())
+    d = limiter.allow("rl:api:alice", window=60_000, limit=100)
+    if not d.allowed:
+        print("retry in", d.retry_after)
+"""
+
+from ._engine import Clock, Durable
+from .aio.limiter import AsyncLimiter
+from .decision import COMMAND, ERROR, SCRIPT, Decision, MultiDecision, TierState
+from .errors import UnavailableError, XcloakError
+from .headers import default_name, headers
+from .limiter import Limiter, Pipeline
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncLimiter", "COMMAND", "Clock", "Decision", "Durable", "ERROR", "Limiter", "MultiDecision", "Pipeline",
+    "SCRIPT", "TierState", "UnavailableError", "XcloakError", "default_name", "headers", "__version__",
+]

@@ -1,0 +1,490 @@
+"""What every call does, written once for the sync and the asyncio limiter.
+
+Each operation is a generator: it yields requests and receives their answers,
+and a driver (``limiter.py`` over redis-py, ``aio/limiter.py`` over
+redis.asyncio) carries them out. So the fallback, NOSCRIPT, the re-probe,
+redirections, allow_all's refunds and durable mode are one design:
+
+- ``Locate(key, readonly)`` -> the node serving ``key`` (a replica when
+  ``readonly`` and replica reads are on);
+- ``Send(node, commands, hold)`` -> one reply per command, in order (an error
+  reply as its exception, not raised), sent pipelined on one connection;
+  ``hold`` keeps that connection for the next ``Send`` (``WAIT`` must follow
+  the write on the same connection);
+- ``Refresh()`` -> re-reads a cluster's slot map (after ``MOVED``).
+
+A connection error or the limiter's timeout is thrown into the generator as
+:class:`UnavailableError` at the ``yield`` of the ``Send`` it interrupted;
+nothing is ever sent again after that (it may have been applied).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple
+
+from redis import exceptions as rex
+
+from . import commands as cmd
+from .decision import COMMAND, SCRIPT, Decision, MultiDecision, by_policy, combine, from_reply
+from .errors import UnavailableError, XcloakError
+
+FALLBACKS = ("auto", "always", "never")
+POLICIES = ("raise", "allow", "deny")
+
+
+def _script(name: str) -> Tuple[str, str]:
+    text = resources.files(__package__).joinpath("lua", name).read_text(encoding="utf-8")
+    return text, hashlib.sha1(text.encode()).hexdigest()
+
+
+ALLOW_LUA, ALLOW_SHA = _script("xcloak_allow.lua")
+PEEK_LUA, PEEK_SHA = _script("xcloak_peek.lua")
+REFUND_LUA, REFUND_SHA = _script("xcloak_refund.lua")
+SCRIPTS = {ALLOW_SHA: ALLOW_LUA, PEEK_SHA: PEEK_LUA, REFUND_SHA: REFUND_LUA}
+
+# The replies of a server that can't serve now: the error policy's, not the caller's.
+OUTAGE_CODES = ("LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS", "OOM")
+_CODE_OF_CLASS = (
+    (rex.NoScriptError, "NOSCRIPT"), (rex.ReadOnlyError, "READONLY"), (rex.BusyLoadingError, "LOADING"),
+    (rex.OutOfMemoryError, "OOM"), (rex.NoPermissionError, "NOPERM"), (rex.ExecAbortError, "EXECABORT"),
+    (rex.TryAgainError, "TRYAGAIN"), (rex.MasterDownError, "MASTERDOWN"), (rex.ClusterDownError, "CLUSTERDOWN"),
+    (rex.AskError, "ASK"), (rex.MovedError, "MOVED"), (rex.AuthenticationError, "WRONGPASS"),
+)
+
+
+def server_text(error: BaseException) -> str:
+    """The server's error line, ``CODE message``, as it was sent (redis-py
+    strips the code of the errors it knows)."""
+    message = str(error)
+    code = getattr(error, "status_code", None)
+    if not code:
+        for klass, name in _CODE_OF_CLASS:
+            if isinstance(error, klass):
+                code = name
+                break
+    if code:
+        return message if message.startswith(code + " ") else f"{code} {message}"
+    first = message.split(" ", 1)[0]
+    if first.isupper() and first.isalpha() and len(first) > 2:
+        return message  # a code redis-py does not map (WRONGTYPE, NOREPLICAS, BUSY ...) is kept
+    return f"ERR {message}"
+
+
+def is_unknown_command(error: BaseException) -> bool:
+    return isinstance(error, rex.ResponseError) and "unknown command" in str(error).lower()
+
+
+def refusal(error: rex.ResponseError) -> XcloakError:
+    """A server error as the package's: an outage code for the policy, else the caller's error."""
+    text = server_text(error)
+    if text.split(" ", 1)[0] in OUTAGE_CODES:
+        return UnavailableError(text, error)
+    return XcloakError(text)
+
+
+def refuse_durable_pipeline(engine: "Engine") -> None:
+    """A pipeline reports each admission with its reply; durable mode must
+    WAIT first (docs/clients.md, Durable mode), so the two don't mix."""
+    if engine.durable is not None:
+        raise XcloakError("xcloak: pipeline() is not available in durable mode: call allow() for each "
+                          "request, which waits for the replicas")
+
+
+def is_outage(error: BaseException) -> bool:
+    """Connection errors and timeouts (not a wrong password, which is the caller's)."""
+    if isinstance(error, rex.AuthenticationError):
+        return False
+    return isinstance(error, (rex.ConnectionError, rex.TimeoutError, OSError, TimeoutError))
+
+
+@dataclass(frozen=True)
+class Locate:
+    key: str
+    readonly: bool = False
+
+
+@dataclass(frozen=True)
+class Send:
+    node: Any
+    commands: Tuple[Tuple[Any, ...], ...]
+    hold: bool = False
+
+
+@dataclass(frozen=True)
+class Refresh:
+    pass
+
+
+@dataclass
+class _NodeState:
+    mode: str = COMMAND
+    since: float = 0.0
+    # EVALSHA_RO (7.0+); set off when a server answers it "unknown command".
+    read_only_scripts: bool = True
+
+
+@dataclass
+class Durable:
+    """``durable=Durable(replicas=N, timeout_ms=T)``: an admission counts once N
+    replicas hold it (``WAIT N T`` on the same connection, after the call)."""
+
+    replicas: int
+    timeout_ms: int = 100
+
+
+@dataclass
+class Clock:
+    """For tests and replays: ``now_ms()`` is sent as ``NOW``, ``sleep(ms)`` is acquire's."""
+
+    now_ms: Callable[[], int]
+    sleep: Callable[[int], Any]
+
+
+Op = Generator[Any, Any, Any]
+MAX_REDIRECTIONS = 3
+
+
+@dataclass
+class Entry:
+    """One call of a pipeline: its command's name and arguments after the key."""
+
+    kind: str  # "allow" | "peek" | "refund" | "reset"
+    key: str
+    args: List[str]
+    parse: Callable[[Any, str], Any]
+
+
+class Engine:
+    """The configuration and per-node state of one limiter; builds the operations."""
+
+    def __init__(self, *, prefix: str, fallback: str, on_error: str, timeout: float, probe_interval: float,
+                 replica_reads: bool, durable: Optional[Durable], clock: Optional[Clock],
+                 jitter_fraction: float, random: Callable[[], float]):
+        if fallback not in FALLBACKS:
+            raise ValueError(f"fallback must be one of {', '.join(FALLBACKS)} (got {fallback!r})")
+        if on_error not in POLICIES:
+            raise ValueError(f"on_error must be one of {', '.join(POLICIES)} (got {on_error!r})")
+        if not timeout or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds (got {timeout!r})")
+        self.prefix = prefix
+        self.fallback = fallback
+        self.on_error = on_error
+        self.timeout = float(timeout)
+        self.probe_interval = float(probe_interval)
+        self.replica_reads = replica_reads
+        self.durable = durable
+        self.clock = clock
+        self.jitter_fraction = jitter_fraction
+        self.random = random
+        self.nodes: Dict[str, _NodeState] = {}
+
+    def wait_budget(self) -> float:
+        """Seconds a durable WAIT may take: its own timeout, then the
+        limiter's for the reply to come back; the call before it had its own."""
+        assert self.durable is not None
+        return self.durable.timeout_ms / 1000 + self.timeout
+
+    # ------------------------------------------------------------ per node
+
+    def _state(self, node_name: str) -> _NodeState:
+        state = self.nodes.get(node_name)
+        if state is None:
+            state = self.nodes[node_name] = _NodeState(mode=SCRIPT if self.fallback == "always" else COMMAND)
+        return state
+
+    def mode_of(self, node_name: str) -> str:
+        """``command`` or ``script``; a node on the script is probed with the
+        command again once ``probe_interval`` has passed (a later MODULE LOAD)."""
+        state = self._state(node_name)
+        if state.mode == SCRIPT and self.fallback == "auto" and time.monotonic() - state.since >= self.probe_interval:
+            return COMMAND
+        return state.mode
+
+    def _on_script(self, node_name: str) -> None:
+        state = self._state(node_name)
+        state.mode, state.since = SCRIPT, time.monotonic()
+
+    def _on_command(self, node_name: str) -> None:
+        self._state(node_name).mode = COMMAND
+
+    # ------------------------------------------------------------ requests
+
+    def now_ms(self, now: Optional[int]) -> Optional[int]:
+        if now is not None:
+            return cmd.integer(now, "now")
+        return self.clock.now_ms() if self.clock else None
+
+    def window_request(self, key: str, window, limit: int, cost: int, tiers, now: Optional[int]):
+        window_ms = cmd.to_ms(window, "window")
+        limit = cmd.integer(limit, "limit")
+        cost = cmd.integer(cost, "cost")
+        return self.prefix + key, window_ms, limit, cmd.tiers_ms(tiers), cost, self.now_ms(now)
+
+    # ------------------------------------------------------------ one call
+
+    def call(self, kind: str, key: str, args: List[str]) -> Op:
+        """One ALLOW / PEEK / REFUND through the command or the script, on the
+        key's node; returns ``(reply, via, node)``."""
+        readonly = kind == "peek" and self.replica_reads
+        name = {"allow": "XCLOAK.ALLOW", "peek": "XCLOAK.PEEK", "refund": "XCLOAK.REFUND"}[kind]
+        sha = {"allow": ALLOW_SHA, "peek": PEEK_SHA, "refund": REFUND_SHA}[kind]
+        for _ in range(MAX_REDIRECTIONS):
+            node = yield Locate(key, readonly)
+            node_name = node.name
+            if self.mode_of(node_name) == COMMAND:
+                (reply,) = yield Send(node, ((name, key, *args),))
+                if is_unknown_command(reply):
+                    if self.fallback == "never":
+                        raise XcloakError(server_text(reply))
+                    self._on_script(node_name)  # nothing was applied: the script answers
+                elif isinstance(reply, (rex.MovedError, rex.AskError)):
+                    yield Refresh()
+                    continue
+                elif isinstance(reply, rex.ResponseError):
+                    raise refusal(reply)
+                else:
+                    self._on_command(node_name)
+                    return reply, COMMAND, node
+            reply = yield from self._script(node, kind, sha, key, args)
+            if isinstance(reply, (rex.MovedError, rex.AskError)):
+                yield Refresh()
+                continue
+            if isinstance(reply, rex.ResponseError):
+                raise refusal(reply)
+            return reply, SCRIPT, node
+        raise UnavailableError(f"{key!r}: still redirected after {MAX_REDIRECTIONS} tries (the cluster is resharding)")
+
+    def _script(self, node, kind: str, sha: str, key: str, args: List[str]) -> Op:
+        state = self._state(node.name)
+        for _ in range(2):
+            verb = "EVALSHA_RO" if kind == "peek" and state.read_only_scripts else "EVALSHA"
+            (reply,) = yield Send(node, ((verb, sha, 1, key, *args),))
+            if verb == "EVALSHA_RO" and is_unknown_command(reply):
+                state.read_only_scripts = False  # before 7.0: nothing was applied
+                (reply,) = yield Send(node, (("EVALSHA", sha, 1, key, *args),))
+            if isinstance(reply, rex.NoScriptError):
+                (loaded,) = yield Send(node, (("SCRIPT", "LOAD", SCRIPTS[sha]),))
+                if isinstance(loaded, rex.ResponseError):
+                    return loaded
+                continue  # nothing was applied: send it again, once
+            return reply
+        return reply
+
+    # ------------------------------------------------------------ the API
+
+    def allow(self, key, window, limit, cost=1, tiers=None, stamp=False, now=None) -> Op:
+        key, window_ms, limit, tiers_ms, cost, now_ms = self.window_request(key, window, limit, cost, tiers, now)
+        # Durable mode always sends STAMP (the deny path refunds by it); the
+        # decision shows it only if asked.
+        want_stamp = stamp or self.durable is not None
+        args = cmd.allow_args(window_ms, limit, tiers_ms, cost, now_ms, want_stamp)
+        try:
+            reply, via, node = yield from self.call("allow", key, args)
+            decision = from_reply(reply, window_ms, bool(tiers_ms), stamp=want_stamp, via=via)
+            if self.durable is not None and decision.allowed:
+                yield from self._wait_replicated(node, key, decision, cost)
+        except UnavailableError as error:
+            return self.policy(error, window_ms, limit)
+        if want_stamp and not stamp:
+            decision = _without_stamp(decision)
+        return decision
+
+    def _wait_replicated(self, node, key: str, decision: Decision, cost: int) -> Op:
+        """``WAIT N timeout`` after an admission; fewer replicas: the policy's."""
+        durable = self.durable
+        assert durable is not None
+        (acked,) = yield Send(node, (("WAIT", durable.replicas, durable.timeout_ms),))
+        if isinstance(acked, rex.ResponseError):
+            raise refusal(acked)
+        if int(acked) < durable.replicas:
+            error = UnavailableError(f"not replicated: WAIT {durable.replicas} {durable.timeout_ms} answered {acked}")
+            if self.on_error == "deny" and decision.stamp is not None:
+                try:  # a request turned away consumes nothing (best effort)
+                    yield from self.call("refund", key, cmd.refund_args(decision.stamp, cost))
+                except (UnavailableError, XcloakError):
+                    pass
+            raise error
+
+    def peek(self, key, window, limit, cost=1, tiers=None, now=None, oldest=False) -> Op:
+        key, window_ms, limit, tiers_ms, cost, now_ms = self.window_request(key, window, limit, cost, tiers, now)
+        args = cmd.peek_args(window_ms, limit, tiers_ms, cost, now_ms, oldest)
+        try:
+            reply, via, _ = yield from self.call("peek", key, args)
+        except UnavailableError as error:
+            return self.policy(error, window_ms, limit)
+        return from_reply(reply, window_ms, bool(tiers_ms), oldest=oldest, via=via)
+
+    def refund(self, key, stamp: int, cost: int = 1) -> Op:
+        """How many entries it removed. An outage is raised (there is no
+        decision to fail open or closed)."""
+        args = cmd.refund_args(cmd.integer(stamp, "stamp"), cmd.integer(cost, "cost"))
+        key = self.prefix + key
+        reply, _, node = yield from self.call("refund", key, args)
+        if self.durable is not None:
+            (acked,) = yield Send(node, (("WAIT", self.durable.replicas, self.durable.timeout_ms),))
+            if isinstance(acked, rex.ResponseError):
+                raise refusal(acked)
+        return int(reply)
+
+    def reset(self, key) -> Op:
+        key = self.prefix + key
+        for _ in range(MAX_REDIRECTIONS):
+            node = yield Locate(key)
+            (reply,) = yield Send(node, (("DEL", key),))
+            if isinstance(reply, (rex.MovedError, rex.AskError)):
+                yield Refresh()
+                continue
+            if isinstance(reply, rex.ResponseError):
+                raise refusal(reply)
+            return int(reply) == 1
+        raise UnavailableError(f"{key!r}: still redirected after {MAX_REDIRECTIONS} tries")
+
+    def allow_all(self, requests: Sequence[dict], stamp: bool = False, now=None) -> Op:
+        """In order, each with STAMP; a rejection refunds the earlier ones by
+        stamp and cost, in order, and sends nothing after it."""
+        now_ms = self.now_ms(now)
+        decisions: List[Decision] = []
+        admitted: List[Tuple[str, Decision, int]] = []
+        rejected = None
+        index = 0
+        try:
+            for index, request in enumerate(requests):
+                key, window_ms, limit, tiers_ms, cost, _ = self.window_request(
+                    request["key"], request["window"], request["limit"], request.get("cost", 1),
+                    request.get("tiers"), now_ms if now_ms is not None else None)
+                args = cmd.allow_args(window_ms, limit, tiers_ms, cost, now_ms, True)
+                reply, via, node = yield from self.call("allow", key, args)
+                decision = from_reply(reply, window_ms, bool(tiers_ms), stamp=True, via=via)
+                if not decision.allowed:
+                    decisions.append(decision)
+                    rejected = index
+                    break
+                if self.durable is not None:
+                    # not replicated: an outage at this request (refunded
+                    # here under deny, as a single allow is)
+                    yield from self._wait_replicated(node, key, decision, cost)
+                decisions.append(decision)
+                admitted.append((key, decision, cost))
+        except UnavailableError as error:
+            # An outage at request `index`: 0..index-1 are refunded, then the
+            # policy answers once: the decisions received, then its own for
+            # this request (its tier 0), which binds.
+            yield from self._refund_all(admitted, best_effort=True)
+            d = self.policy(error, window_ms, limit)
+            sent = tuple(decisions if stamp else (_without_stamp(x) for x in decisions)) + (d,)
+            return MultiDecision(allowed=d.allowed, decisions=sent, rejected=None if d.allowed else index,
+                                 binding_index=index, via=d.via, error=d.error)
+        except XcloakError:
+            yield from self._refund_all(admitted, best_effort=True)
+            raise
+        if rejected is not None:
+            yield from self._refund_all(admitted, best_effort=True)
+        result = combine(decisions, rejected)
+        if not stamp:
+            result = MultiDecision(allowed=result.allowed, decisions=tuple(_without_stamp(d) for d in decisions),
+                                   rejected=result.rejected, binding_index=result.binding_index, via=result.via)
+        return result
+
+    def _refund_all(self, admitted, best_effort: bool) -> Op:
+        for key, decision, cost in admitted:
+            try:
+                yield from self.call("refund", key, cmd.refund_args(decision.stamp, cost))
+            except (UnavailableError, XcloakError):
+                if not best_effort:
+                    raise
+                # the admission stays in place: conservative, never generous
+
+    def policy(self, error: UnavailableError, window_ms: int, limit: int) -> Decision:
+        if self.on_error == "raise":
+            raise error
+        return by_policy(self.on_error == "allow", window_ms, limit, error)
+
+    # ------------------------------------------------------------ pipelines
+
+    def pipeline(self, entries: Sequence[Entry]) -> Op:
+        """Every entry in one round trip per node; entries answered "unknown
+        command" are sent again through the script (and NOSCRIPT ones after
+        SCRIPT LOAD), the rest untouched. Returns one result per entry, an
+        argument error as its XcloakError (raised by the caller)."""
+        results: List[Any] = [None] * len(entries)
+        pending = list(range(len(entries)))
+        for _ in range(MAX_REDIRECTIONS):
+            if not pending:
+                break
+            by_node: Dict[str, Tuple[Any, List[int]]] = {}
+            for i in pending:
+                e = entries[i]
+                node = yield Locate(e.key, e.kind == "peek" and self.replica_reads)
+                by_node.setdefault(node.name, (node, []))[1].append(i)
+            redirected: List[int] = []
+            for node, indexes in by_node.values():
+                yield from self._pipeline_node(node, entries, indexes, results, redirected)
+            pending = redirected
+            if redirected:
+                yield Refresh()
+        for i in pending:
+            results[i] = UnavailableError(f"{entries[i].key!r}: still redirected (the cluster is resharding)")
+        return results
+
+    def _pipeline_node(self, node, entries, indexes, results, redirected) -> Op:
+        names = {"allow": "XCLOAK.ALLOW", "peek": "XCLOAK.PEEK", "refund": "XCLOAK.REFUND"}
+        shas = {"allow": ALLOW_SHA, "peek": PEEK_SHA, "refund": REFUND_SHA}
+        mode = self.mode_of(node.name)
+        scripted: List[int] = []
+        commands, sent = [], []
+        for i in indexes:
+            e = entries[i]
+            if e.kind == "reset":
+                commands.append(("DEL", e.key))
+                sent.append(i)
+            elif mode == COMMAND:
+                commands.append((names[e.kind], e.key, *e.args))
+                sent.append(i)
+            else:
+                scripted.append(i)
+        if commands:
+            replies = yield Send(node, tuple(commands))
+            for i, reply in zip(sent, replies):
+                if is_unknown_command(reply) and self.fallback != "never":
+                    self._on_script(node.name)
+                    scripted.append(i)
+                elif isinstance(reply, (rex.MovedError, rex.AskError)):
+                    redirected.append(i)
+                else:
+                    if entries[i].kind != "reset" and not isinstance(reply, rex.ResponseError):
+                        self._on_command(node.name)
+                    results[i] = self._result(entries[i], reply, COMMAND)
+        if not scripted:
+            return
+        for attempt in range(2):
+            scripts = tuple(("EVALSHA", shas[entries[i].kind], 1, entries[i].key, *entries[i].args) for i in scripted)
+            replies = yield Send(node, scripts)
+            missing = []
+            for i, reply in zip(scripted, replies):
+                if isinstance(reply, rex.NoScriptError) and attempt == 0:
+                    missing.append(i)
+                elif isinstance(reply, (rex.MovedError, rex.AskError)):
+                    redirected.append(i)
+                else:
+                    results[i] = self._result(entries[i], reply, SCRIPT)
+            if not missing:
+                return
+            loads = tuple(("SCRIPT", "LOAD", SCRIPTS[sha]) for sha in {shas[entries[i].kind] for i in missing})
+            yield Send(node, loads)
+            scripted = missing
+
+    @staticmethod
+    def _result(entry: Entry, reply, via: str):
+        if isinstance(reply, rex.ResponseError):
+            return refusal(reply)
+        return entry.parse(reply, via)
+
+
+def _without_stamp(decision: Decision) -> Decision:
+    from dataclasses import replace
+
+    return replace(decision, stamp=None)

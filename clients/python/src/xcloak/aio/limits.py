@@ -1,0 +1,87 @@
+"""The asyncio twins of :mod:`xcloak.limits`, for ``limits.aio`` (slowapi's async
+strategies, FastAPI apps): ``async+xcloak://``, ``async+xcloaks://``,
+``async+xcloak+unix://``, ``async+xcloak+cluster://``, ``async+xcloak+sentinel://``.
+
+They are limits' own asyncio Redis storages with redis.asyncio
+(``implementation="redispy"``), the moving window on xcloak; same options.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Tuple
+
+from limits.aio.storage import RedisClusterStorage, RedisSentinelStorage, RedisStorage
+
+from ..decision import ERROR
+from .limiter import AsyncLimiter
+
+PREFIX = "LIMITS"
+
+
+def _split(uri: str, options: dict):
+    from ..limits import split_options
+
+    options.pop("implementation", None)  # always redis.asyncio
+    return split_options(uri, options)
+
+
+class AsyncMovingWindow:
+    limiter: AsyncLimiter
+    _xcloak_prefix: str
+
+    def _xcloak_key(self, key: str) -> str:
+        return f"{self._xcloak_prefix}:xcloak:{key}"
+
+    async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        if amount > limit:
+            return False
+        d = await self.limiter.allow(self._xcloak_key(key), int(expiry * 1000), limit, cost=amount)
+        return d.allowed
+
+    async def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
+        d = await self.limiter.peek(self._xcloak_key(key), int(expiry * 1000), limit, oldest=True)
+        if d.via == ERROR:
+            return time.time(), 0 if d.allowed else limit
+        if d.oldest_ms is None:
+            return time.time(), 0
+        return d.oldest_ms / 1000, limit - d.remaining
+
+    async def clear(self, key: str) -> None:
+        await super().clear(key)  # type: ignore[misc]
+        await self.limiter.reset(self._xcloak_key(key))
+
+
+class XcloakAsyncStorage(AsyncMovingWindow, RedisStorage):
+    STORAGE_SCHEME = ["async+xcloak", "async+xcloaks", "async+xcloak+unix"]
+
+    def __init__(self, uri: str, key_prefix: str = PREFIX, **options: Any) -> None:
+        redis_uri, config = _split(uri, options)
+        config.pop("replica_peeks")
+        super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
+        self._xcloak_prefix = key_prefix
+        self.limiter = AsyncLimiter(self.bridge.storage, **config)
+
+
+class XcloakAsyncClusterStorage(AsyncMovingWindow, RedisClusterStorage):
+    STORAGE_SCHEME = ["async+xcloak+cluster"]
+
+    def __init__(self, uri: str, key_prefix: str = PREFIX, **options: Any) -> None:
+        redis_uri, config = _split(uri, options)
+        replica_peeks = config.pop("replica_peeks")
+        super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
+        self._xcloak_prefix = key_prefix
+        self.limiter = AsyncLimiter(self.bridge.storage, replica_reads=replica_peeks, **config)
+
+
+class XcloakAsyncSentinelStorage(AsyncMovingWindow, RedisSentinelStorage):
+    STORAGE_SCHEME = ["async+xcloak+sentinel"]
+
+    def __init__(self, uri: str, key_prefix: str = PREFIX, **options: Any) -> None:
+        redis_uri, config = _split(uri, options)
+        replica_peeks = config.pop("replica_peeks")
+        super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
+        self._xcloak_prefix = key_prefix
+        bridge = self.bridge
+        self.limiter = AsyncLimiter(bridge.storage, replica=bridge.storage_replica if replica_peeks else None,
+                                    **config)

@@ -1,0 +1,159 @@
+"""limits storages on xcloak: Flask-Limiter and slowapi switch with one string.
+
+Importing this module registers, the way limits registers every storage (a
+class with ``STORAGE_SCHEME``):
+
+==========================  ===========================================
+``xcloak://host:port/db``   redis.Redis (``xcloaks://`` with TLS)
+``xcloak+unix:///path``     a Unix socket
+``xcloak+cluster://h:p,..`` redis.cluster.RedisCluster
+``xcloak+sentinel://h:p,../service``  Sentinel (``Sentinel.master_for``)
+``async+xcloak://`` ...     the same four for ``limits.aio`` (redis.asyncio)
+==========================  ===========================================
+
+The **moving window** strategy (limits' exact sliding log) runs on
+``XCLOAK.ALLOW`` (``acquire_entry``) and ``XCLOAK.PEEK ... OLDEST``
+(``get_moving_window``: the window's oldest live entry and its count), one
+O(log n) call each, with the bundled Lua fallback where the server has no
+module. The fixed-window and sliding-window-counter strategies keep limits'
+own Redis code (these classes are limits' ``RedisStorage`` family).
+
+Moving-window keys are ``<key_prefix>:xcloak:<key>`` (limits' own are lists
+under ``<key_prefix>:<key>``), so a switch from ``redis://`` on a live server
+never meets a key of the other layout; ``clear`` and ``reset`` remove both.
+
+Options (keyword arguments, e.g. Flask-Limiter's ``RATELIMIT_STORAGE_OPTIONS``,
+or the URI's query string): ``on_error`` (``raise``, ``allow``, ``deny``),
+``timeout`` (seconds, default 1), ``fallback`` (``auto``, ``always``,
+``never``), ``probe_interval`` (seconds), ``replica_peeks`` (``get_moving_window``
+on a replica: cluster and Sentinel).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from typing import Any, Dict, Tuple
+
+from limits.storage import RedisClusterStorage, RedisSentinelStorage, RedisStorage
+
+from .decision import ERROR
+from .limiter import Limiter
+
+OPTIONS = ("on_error", "timeout", "fallback", "probe_interval", "replica_peeks")
+SCHEMES = {"xcloak": "redis", "xcloaks": "rediss", "xcloak+unix": "redis+unix",
+           "xcloak+cluster": "redis+cluster", "xcloak+sentinel": "redis+sentinel"}
+
+
+def _truthy(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+
+
+def split_options(uri: str, options: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+    """limits' URI in redis form, and xcloak's options taken out of the query
+    string and of ``options`` (redis-py would refuse them)."""
+    parsed = urllib.parse.urlsplit(uri)
+    scheme = parsed.scheme
+    prefix = "async+" if scheme.startswith("async+") else ""
+    base = scheme[len(prefix):]
+    if base not in SCHEMES:
+        raise ValueError(f"not an xcloak storage URI: {uri}")
+    query = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
+    ours = {name: options.pop(name) for name in OPTIONS if name in options}
+    rest = []
+    for name, value in query:
+        if name in OPTIONS:
+            ours.setdefault(name, value)
+        else:
+            rest.append((name, value))
+    # urlsplit keeps the netloc as written (several hosts for a cluster or Sentinel).
+    redis_uri = urllib.parse.urlunsplit((prefix + SCHEMES[base], parsed.netloc, parsed.path,
+                                         urllib.parse.urlencode(rest), parsed.fragment))
+    if "://" not in redis_uri:  # urlunsplit drops an empty netloc's slashes
+        redis_uri = redis_uri.replace(":", "://", 1)
+    config: Dict[str, Any] = {}
+    if "on_error" in ours:
+        config["on_error"] = str(ours["on_error"])
+    if "fallback" in ours:
+        config["fallback"] = str(ours["fallback"])
+    if "timeout" in ours:
+        config["timeout"] = float(ours["timeout"])
+    if "probe_interval" in ours:
+        config["probe_interval"] = float(ours["probe_interval"])
+    config["replica_peeks"] = _truthy(ours.get("replica_peeks", False))
+    return redis_uri, config
+
+
+class MovingWindow:
+    """The moving window on XCLOAK.ALLOW / XCLOAK.PEEK ... OLDEST (sync)."""
+
+    limiter: Limiter
+    key_prefix: str
+
+    def _xcloak_key(self, key: str) -> str:
+        return f"{self.key_prefix}:xcloak:{key}"
+
+    def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        if amount > limit:
+            return False  # can never fit (limits' own storages answer the same without a call)
+        return self.limiter.allow(self._xcloak_key(key), int(expiry * 1000), limit, cost=amount).allowed
+
+    def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
+        """(start of the window: its oldest live entry, in seconds; live entries)."""
+        d = self.limiter.peek(self._xcloak_key(key), int(expiry * 1000), limit, oldest=True)
+        if d.via == ERROR:
+            # The error policy: fail open reads as an empty window, fail closed as a full one.
+            return time.time(), 0 if d.allowed else limit
+        if d.oldest_ms is None:
+            return time.time(), 0
+        return d.oldest_ms / 1000, limit - d.remaining
+
+    def clear(self, key: str) -> None:
+        super().clear(key)  # type: ignore[misc]  # limits' counters of this key
+        self.limiter.reset(self._xcloak_key(key))
+
+
+class XcloakStorage(MovingWindow, RedisStorage):
+    """``xcloak://``, ``xcloaks://``, ``xcloak+unix://``: limits' RedisStorage, with the moving window on xcloak."""
+
+    STORAGE_SCHEME = ["xcloak", "xcloaks", "xcloak+unix"]
+
+    def __init__(self, uri: str, **options: Any) -> None:
+        redis_uri, config = split_options(uri, options)
+        replica_peeks = config.pop("replica_peeks")
+        del replica_peeks  # a single server has no replica to read
+        super().__init__(redis_uri, **options)
+        self.limiter = Limiter(self.storage, **config)
+
+
+class XcloakClusterStorage(MovingWindow, RedisClusterStorage):
+    """``xcloak+cluster://host:port,host:port``: limits' RedisClusterStorage, with the moving window on xcloak."""
+
+    STORAGE_SCHEME = ["xcloak+cluster"]
+
+    def __init__(self, uri: str, **options: Any) -> None:
+        redis_uri, config = split_options(uri, options)
+        replica_peeks = config.pop("replica_peeks")
+        super().__init__(redis_uri, **options)
+        self.limiter = Limiter(self.storage, replica_reads=replica_peeks, **config)
+
+
+class XcloakSentinelStorage(MovingWindow, RedisSentinelStorage):
+    """``xcloak+sentinel://host:port,host:port/service``: limits' RedisSentinelStorage, with the moving window on xcloak."""
+
+    STORAGE_SCHEME = ["xcloak+sentinel"]
+
+    def __init__(self, uri: str, **options: Any) -> None:
+        redis_uri, config = split_options(uri, options)
+        replica_peeks = config.pop("replica_peeks")
+        super().__init__(redis_uri, **options)
+        self.limiter = Limiter(self.storage, replica=self.storage_slave if replica_peeks else None, **config)
+
+
+# The asyncio twins register with limits when this module is imported.
+from .aio.limits import XcloakAsyncClusterStorage, XcloakAsyncSentinelStorage, XcloakAsyncStorage  # noqa: E402
+
+__all__ = [
+    "XcloakStorage", "XcloakClusterStorage", "XcloakSentinelStorage",
+    "XcloakAsyncStorage", "XcloakAsyncClusterStorage", "XcloakAsyncSentinelStorage",
+]

@@ -1,0 +1,95 @@
+//! Exact sliding-window rate limiting on Redis, shared by every instance of a
+//! service: the xcloak Redis module's `XCLOAK.ALLOW` where it
+//! is loaded, its bundled Lua script where it can't be (managed services),
+//! over the `redis` crate; and a `tower::Layer` for axum, tonic and hyper.
+//!
+//! ```no_run
+//! # #[cfg(feature = "tower")] mod doc { async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::{net::SocketAddr, time::Duration};
+//! use axum::{error_handling::HandleErrorLayer, extract::ConnectInfo, http::StatusCode, routing::get, BoxError, Router};
+//! use xcloak_client::{tower::{HttpLimit, PeerIp, RateLimitLayer}, Limiter};
+//!
+//! let limiter = Limiter::new(redis::Client::open("redis://127.0.0.1/")?.get_connection_manager().await?);
+//! let limit = RateLimitLayer::new(limiter, [HttpLimit::new(Duration::from_secs(60), 100)])
+//!     .key(PeerIp::from_extension(|c: &ConnectInfo<SocketAddr>| c.0));
+//! let app = Router::new().route("/", get(|| async { "hello" })).layer(tower::ServiceBuilder::new()
+//!     .layer(HandleErrorLayer::new(|e: BoxError| async move { (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()) }))
+//!     .layer(limit));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(()) } }
+//! ```
+//!
+//! Each client gets 100 requests a minute, counted exactly (a sliding log,
+//! not a fixed window), across every instance behind the load balancer.
+//! Allowed responses carry `RateLimit-Policy` / `RateLimit`; the 101st gets
+//! `429 Too Many Requests` with `Retry-After`.
+//!
+//! # How it is built
+//!
+//! The core is pure: [`Request`] becomes the canonical command,
+//! [`Decision::from_reply`] (and [`Decision::from_peek_reply`]) turns a reply into a [`Decision`],
+//! [`Decision::headers`] a decision into an `http::HeaderMap`, and
+//! [`acquire_step`] plans `acquire`'s sleeps; the conformance vectors of
+//! docs/clients.md drive it without a server. The calls (`allow`, `peek`,
+//! `refund`, `reset`, `acquire`, `allow_all`), the per-node fallback to the
+//! scripts and the error policy are written once (`engine`), over a
+//! [`Transport`] for the async [`Limiter`] and a connection pool for
+//! [`blocking::Limiter`]. The tower layer (feature `tower`) sits on top.
+//!
+//! # Errors
+//!
+//! The server's refusal of a call (a bad argument, `WRONGTYPE`, `NOPERM`) is
+//! [`Error::Server`] with its message verbatim, whatever the error policy: it
+//! is a bug in the caller. An outage or a timeout is [`Error::Unavailable`],
+//! or under [`Policy::Allow`] / [`Policy::Deny`] a Decision with
+//! `via = Via::Error`. A call that may have reached the server is never sent
+//! again (see [`Transport`] for what that asks of a cluster client).
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod blocking;
+mod clock;
+mod decision;
+mod engine;
+mod error;
+mod headers;
+mod limiter;
+mod request;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
+mod transport;
+
+pub use clock::{acquire_step, AcquireStep, Clock};
+pub use decision::{Decision, MultiDecision, TierState, Via};
+pub use engine::{Durable, Fallback, ALLOW_SCRIPT, PEEK_SCRIPT, REFUND_SCRIPT};
+pub use error::{Cause, Error, Policy, Unavailable};
+pub use headers::{ceil_seconds, policy_name, Style, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING, RATELIMIT_RESET};
+pub use limiter::{Builder, Limiter};
+pub use request::{refund_command, Request, Tier};
+pub use transport::{SlotRange, Standalone, Transport};
+
+/// A cluster client builder set for a limiter: `retries(0)`, so the client
+/// never sends a call again after an I/O error or a timeout (it may have been
+/// applied; the [`Transport`] follows `MOVED` and `ASK` itself), and, with
+/// `read_from_replicas`, reads routed to replicas (their connections send
+/// `READONLY`; pair it with [`Builder::read_from_replicas`]).
+///
+/// ```no_run
+/// # async fn run() -> redis::RedisResult<()> {
+/// let cluster = xcloak_client::cluster_client(["redis://127.0.0.1:7000/"], true).build()?;
+/// let limiter = xcloak_client::Limiter::builder(cluster.get_async_connection().await?)
+///     .read_from_replicas(true)
+///     .build();
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+pub fn cluster_client<T: redis::IntoConnectionInfo>(nodes: impl IntoIterator<Item = T>, read_from_replicas: bool) -> redis::cluster::ClusterClientBuilder {
+    let builder = redis::cluster::ClusterClientBuilder::new(nodes).retries(0);
+    if read_from_replicas {
+        builder.read_routing_strategy(redis::cluster_read_routing::RandomReplicaStrategy)
+    } else {
+        builder
+    }
+}

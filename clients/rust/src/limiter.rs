@@ -1,0 +1,250 @@
+//! The async limiter (tokio) and its builder.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, RedisResult, Value};
+
+use crate::clock::Clock;
+use crate::decision::{Decision, MultiDecision};
+use crate::engine::{timeout_error, Config, Durable, Engine, Fallback, Io, Shared, Then};
+use crate::error::{Error, Policy};
+use crate::request::Request;
+use crate::transport::{SlotRange, Transport};
+
+/// Exact sliding-window limits on Redis: `XCLOAK.ALLOW` where the module is
+/// loaded, the bundled Lua script where it is not.
+///
+/// Cheap to clone (it shares the transport and the fallback's state). Every
+/// call is bounded by the limiter's timeout (default 1 s) and answered by its
+/// error policy (default [`Policy::Raise`]) when there is no answer in time.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use xcloak_client::{Limiter, Request};
+///
+/// let conn = redis::Client::open("redis://127.0.0.1/")?.get_connection_manager().await?;
+/// let limiter = Limiter::new(conn);
+/// let decision = limiter.allow(&Request::new("user:42", Duration::from_secs(60), 100)).await?;
+/// if !decision.allowed {
+///     println!("retry in {:?}", decision.retry_after);
+/// }
+/// # Ok(()) }
+/// ```
+pub struct Limiter<T> {
+    transport: Arc<T>,
+    config: Arc<Config>,
+    shared: Arc<Shared>,
+}
+
+impl<T> Clone for Limiter<T> {
+    fn clone(&self) -> Self {
+        Limiter { transport: self.transport.clone(), config: self.config.clone(), shared: self.shared.clone() }
+    }
+}
+
+impl<T> std::fmt::Debug for Limiter<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter")
+            .field("prefix", &self.config.prefix)
+            .field("fallback", &self.config.fallback)
+            .field("policy", &self.config.policy)
+            .field("timeout", &self.config.timeout)
+            .field("durable", &self.config.durable)
+            .field("read_from_replicas", &self.config.read_from_replicas)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`Limiter`] (or a [`blocking::Limiter`](crate::blocking::Limiter)).
+pub struct Builder<T> {
+    transport: T,
+    config: Config,
+}
+
+impl<T> Builder<T> {
+    /// Put before every key (default empty).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.prefix = prefix.into();
+        self
+    }
+
+    /// When the script stands in for the module (default [`Fallback::Auto`]).
+    pub fn fallback(mut self, fallback: Fallback) -> Self {
+        self.config.fallback = fallback;
+        self
+    }
+
+    /// How long a node stays on the script before the command is tried again
+    /// (default 60 s): a later `MODULE LOAD` is picked up within it.
+    pub fn probe_interval(mut self, interval: Duration) -> Self {
+        self.config.probe_interval = interval;
+        self
+    }
+
+    /// What an outage or a timeout answers (default [`Policy::Raise`]).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.config.policy = policy;
+        self
+    }
+
+    /// The bound of each call, whatever the connection's own settings (default 1 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.timeout = timeout;
+        self
+    }
+
+    /// Durable mode: an admission counts once `replicas` replicas hold it
+    /// (`WAIT replicas timeout` after its reply, on the same connection), else
+    /// it goes to the error policy; under `Deny` it is also refunded. Every
+    /// allow then carries `STAMP` (shown in the Decision only if asked);
+    /// rejections and peeks send no `WAIT`.
+    pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.config.durable = Some(Durable { replicas, timeout });
+        self
+    }
+
+    /// In a cluster, send `peek`s to a replica of the key's primary. The
+    /// cluster client must read from replicas too (its connections send
+    /// `READONLY`): [`cluster_client`](crate::cluster_client) with `true`, or
+    /// `ClusterClientBuilder::read_routing_strategy`.
+    pub fn read_from_replicas(mut self, read_from_replicas: bool) -> Self {
+        self.config.read_from_replicas = read_from_replicas;
+        self
+    }
+
+    /// A clock: calls send `NOW` from it and `acquire` sleeps through it.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.config.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// The uniform source in [0, 1) of `acquire`'s jitter.
+    pub fn random(mut self, random: impl Fn() -> f64 + Send + Sync + 'static) -> Self {
+        self.config.random = Arc::new(random);
+        self
+    }
+
+    /// At most this fraction of the retry-after is added to each of
+    /// `acquire`'s sleeps (default 0.1).
+    pub fn jitter_fraction(mut self, fraction: f64) -> Self {
+        self.config.jitter_fraction = fraction.max(0.0);
+        self
+    }
+
+    pub(crate) fn into_parts(self) -> (T, Config) {
+        (self.transport, self.config)
+    }
+
+    pub(crate) fn with(transport: T) -> Builder<T> {
+        Builder { transport, config: Config::default() }
+    }
+}
+
+impl<T: Transport> Builder<T> {
+    pub fn build(self) -> Limiter<T> {
+        Limiter { transport: Arc::new(self.transport), config: Arc::new(self.config), shared: Arc::new(Shared::new()) }
+    }
+}
+
+/// The transport, bounded by the tokio timer.
+struct AsyncIo<'a, T>(&'a T);
+
+impl<T: Transport> Io for AsyncIo<'_, T> {
+    async fn send(&self, key: &[u8], read: bool, cmds: &[Cmd], deadline: Instant) -> RedisResult<Vec<Value>> {
+        match tokio::time::timeout_at(deadline.into(), self.0.send(key, read, cmds)).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(timeout_error()),
+        }
+    }
+
+    async fn send_then(&self, key: &[u8], cmd: &Cmd, then: &Then<'_>, deadline: Instant) -> RedisResult<(Value, Option<RedisResult<Value>>)> {
+        match tokio::time::timeout_at(deadline.into(), self.0.send_then(key, cmd, then)).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(timeout_error()),
+        }
+    }
+
+    async fn slot_map(&self, deadline: Instant) -> RedisResult<Option<Vec<SlotRange>>> {
+        match tokio::time::timeout_at(deadline.into(), self.0.slot_map()).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(timeout_error()),
+        }
+    }
+
+    async fn sleep(&self, duration: Duration) {
+        tokio::time::sleep(duration).await
+    }
+}
+
+impl<T: Transport> Limiter<T> {
+    /// A limiter with the defaults: no prefix, `Fallback::Auto`, 1 s timeout,
+    /// `Policy::Raise`.
+    pub fn new(transport: T) -> Limiter<T> {
+        Builder::with(transport).build()
+    }
+
+    pub fn builder(transport: T) -> Builder<T> {
+        Builder::with(transport)
+    }
+
+    /// The same limiter (connection, fallback state) with another error
+    /// policy: a login endpoint fails closed, an API open.
+    pub fn with_policy(&self, policy: Policy) -> Limiter<T> {
+        let mut config = (*self.config).clone();
+        config.policy = policy;
+        Limiter { transport: self.transport.clone(), config: Arc::new(config), shared: self.shared.clone() }
+    }
+
+    /// The transport this limiter sends through.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    fn engine(&self) -> Engine<'_, AsyncIo<'_, T>> {
+        Engine { io: AsyncIo(&self.transport), config: &self.config, shared: &self.shared }
+    }
+
+    /// `XCLOAK.ALLOW`: admits the request and records it, or rejects it and
+    /// records nothing.
+    pub async fn allow(&self, request: &Request) -> Result<Decision, Error> {
+        self.engine().allow(request).await
+    }
+
+    /// `XCLOAK.PEEK`: what `allow` would decide now; records nothing. Goes to a
+    /// replica with [`Builder::read_from_replicas`]. With [`Request::oldest`],
+    /// the Decision's `oldest` is where the binding tier's moving window starts.
+    pub async fn peek(&self, request: &Request) -> Result<Decision, Error> {
+        self.engine().peek(request).await
+    }
+
+    /// `XCLOAK.REFUND key stamp [COST c]`: takes back an admission by the stamp
+    /// its Decision carried; returns how many entries it removed (0 when it
+    /// already left the window). Outages are raised (no policy: nothing to decide).
+    pub async fn refund(&self, key: &str, stamp: u64, cost: u64) -> Result<u64, Error> {
+        self.engine().refund(key, stamp, cost).await
+    }
+
+    /// `DEL key`: forgets the window; whether one was there.
+    pub async fn reset(&self, key: &str) -> Result<bool, Error> {
+        self.engine().reset(key).await
+    }
+
+    /// Waits until admitted, with the server's own retry-after (plus jitter),
+    /// never by polling, for at most `max_wait`; returns the last Decision.
+    /// Dropping the future cancels the wait; a cancelled wait has recorded
+    /// nothing, since only an admission records. A call already sent when the
+    /// future is dropped may still be admitted: recorded, unreported, never
+    /// sent again (as with a timeout).
+    pub async fn acquire(&self, request: &Request, max_wait: Duration) -> Result<Decision, Error> {
+        self.engine().acquire(request, max_wait).await
+    }
+
+    /// One request against several identities (different keys), all or
+    /// nothing: admitted in order with `STAMP`; when request *j* rejects,
+    /// requests before it are refunded and those after it are not sent.
+    pub async fn allow_all(&self, requests: &[Request]) -> Result<MultiDecision, Error> {
+        self.engine().allow_all(requests).await
+    }
+}
