@@ -2,70 +2,211 @@
 """Compares builds of the module in wall-clock time, interleaved on fresh servers.
 
 Usage: python3 scripts/compare.py A.so B.so [...]   (ROUNDS=n, default 3)
+       python3 scripts/compare.py --instructions A.so B.so   (callgrind: repeatable, needs valgrind)
+       python3 scripts/compare.py --zset-only A.so B.so   (builds from before the compact form)
 
-Each round starts one fresh server per build, in turn, and runs the first
-workload of `make bench` on it (scripts/bench.py, MAIN: 10,000 keys prefilled
-with 5 entries, limit 10, 100,000 pipelined requests per command) for
-XCLOAK.ALLOW, the article's script and a bare ZADD. It prints each round and,
-per build, the medians of usec_per_call and of the per-round ratios
-EVALSHA / XCLOAK.ALLOW and XCLOAK.ALLOW / ZADD. The builds take turns, so a
-burst of load on a shared machine falls on all of them alike; keep a copy of
-the current build (cp target/release/libxcloak.so /tmp/base.so) before
-building the change to compare.
+Each round starts one fresh server per build, in turn (the order rotating),
+loaded with `STORAGE compact`, and measures on it, as `usec_per_call` from
+INFO commandstats:
+
+- the first workload of `make bench` (scripts/bench.py, MAIN: 10,000 keys
+  prefilled with 5 entries, limit 10, 100,000 pipelined requests, about half
+  admitted) for XCLOAK.ALLOW on compact keys and on sorted sets, the article's
+  script and a bare ZADD;
+- compact windows held at 10, 1,000 and 100,000 live entries by streams with
+  NOW (bench.py's entries-per-key streams, one entry per second, 2 keys):
+  admissions alone (each trims one entry and adds one) and rejections alone,
+  measured separately;
+- XCLOAK.REFUND of the newest entry of a compact window of 100,000 entries
+  (skipped for builds without REFUND).
+
+It prints every round, then per measure each build's median and the median
+of the per-round ratios against the first build (B / A: below 1 is faster).
+Beside usec_per_call (wall time inside the command, which grows when the
+server is preempted) it reports the server process's CPU time per call
+(INFO cpu), which does not.
+
+`--instructions` runs each build once under `valgrind --tool=callgrind` and
+counts the instructions of the command handler per call for the same
+measures (smaller: 2,000 keys, 20,000 requests, 4,000 stream calls, 20
+refunds), and for XCLOAK.ALLOW those of `window::decide` (the trim, the
+counts and the record: the storage's part). The handler's count still varies
+by a few percent from run to run (the expiry is re-armed, and replicated,
+every 500 ms of wall time, and valgrind is slow); `decide`'s does not.
+The builds take turns, so a burst of load on a shared machine falls on all of
+them alike; keep a copy of the current build (cp target/release/libxcloak.so
+/tmp/base.so) before building the change to compare. `--zset-only` measures
+only the sorted-set rows of the first workload, on servers loaded without
+`STORAGE`, for builds that have no compact form.
 """
 import os
 import statistics
+import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
+import callgrind  # noqa: E402
+
+STREAM_SIZES = (10, 1_000, 100_000)
+STREAM_KEYS = 2
+STREAM_CALLS = 50_000  # per key and measure (100,000 calls: a preemption of a few ms moves the mean little)
+REFUND_CALLS = 1_000
 
 
-def measure(module):
-    """usec_per_call of XCLOAK.ALLOW, EVALSHA and ZADD on a fresh server running `module`."""
+class Probe:
+    """How a measure is read: usec_per_call and process CPU per call, or
+    (under callgrind) instructions per call."""
+
+    def __init__(self, server, callgrind_dir=None):
+        self.server, self.callgrind_dir, self.dumps = server, callgrind_dir, 0
+
+    def run(self, stat, calls, send, handler="RedisModuleCommandDispatcher"):
+        """Runs `send()` and returns {"usec": .., "cpu": ..} or {"instructions": ..}
+        (inclusive, of the function `handler`) per call of `stat`."""
+        server = self.server
+        server.client.call("CONFIG", "RESETSTAT")
+        if self.callgrind_dir:
+            subprocess.run(["callgrind_control", "-z", str(server.proc.pid)], capture_output=True, check=True)
+            send()
+            self.dumps += 1
+            subprocess.run(["callgrind_control", "-d", "m%d" % self.dumps, str(server.proc.pid)], capture_output=True, check=True)
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                dumps = [f for f in os.listdir(self.callgrind_dir) if f.startswith("cg.out.")]
+                if len(dumps) >= self.dumps:
+                    break
+                time.sleep(0.2)
+            time.sleep(1)
+            dump = os.path.join(self.callgrind_dir, max(dumps, key=lambda f: int(f.rsplit(".", 1)[1])))
+            got, _ = server.stat(stat)
+            assert got == calls, (stat, got, calls)
+            out = {"instructions": callgrind.inclusive(dump, handler) / calls}
+            if stat == "xcloak.allow":
+                # The decision over the log (trim, counts, record): the code a
+                # layout changes, and the part that does not vary with the
+                # wall clock (replication and the expiry's re-arm, every
+                # 500 ms of it, are in the handler's count).
+                out["decide"] = callgrind.inclusive(dump, "xcloak::window::decide") / calls
+            return out
+        cpu = server.cpu_seconds()
+        send()
+        cpu = server.cpu_seconds() - cpu
+        got, usec = server.stat(stat)
+        assert got == calls, (stat, got, calls)
+        return {"usec": usec, "cpu": cpu * 1e6 / calls}
+
+
+def streams(probe, out, calls):
+    """Admissions and rejections on compact windows held at STREAM_SIZES entries."""
+    server = probe.server
+    server.storage("compact")
+    for size in STREAM_SIZES:
+        prefix = "cmp%d" % size
+        server.pipe(bench.steady_stream(prefix, STREAM_KEYS, size, 1000, size, 0))
+        server.expect_type(prefix + ":0", "xcloaklog")
+        n = STREAM_KEYS * calls
+        out["compact %s entries: admission" % "{:,}".format(size)] = probe.run(
+            "xcloak.allow", n, lambda: server.pipe(bench.steady_stream(prefix, STREAM_KEYS, size, 1000, calls, size)))
+        out["compact %s entries: rejection" % "{:,}".format(size)] = probe.run(
+            "xcloak.allow", n, lambda: server.pipe(bench.steady_stream(prefix, STREAM_KEYS, size, 1000, calls, size + calls, True)))
+        server.client.call("FLUSHALL")
+
+
+def refunds(probe, out, calls):
+    """REFUND of the newest entry, each right after the ALLOW it gives back
+    (ced23cf's took about 2 ms a call)."""
+    server = probe.server
+    size = 100_000
+    window, limit = 10 ** 12, 1_000_000
+    server.storage("compact")
+    server.pipe(bench.allow_cmd("cmpr", window, limit, bench.BASE_MS + i * 1000) for i in range(size))
+    last = bench.BASE_MS + size * 1000
+
+    def stream():
+        for j in range(calls):
+            yield bench.allow_cmd("cmpr", window, limit, last + j)
+            yield bench.encode("XCLOAK.REFUND", "cmpr", last + j)
+    try:
+        out["compact 100,000 entries: REFUND of the newest"] = probe.run("xcloak.refund", calls, lambda: server.pipe(stream()))
+    except SystemExit:
+        pass  # a build without XCLOAK.REFUND
+    server.client.call("FLUSHALL")
+
+
+def measure(module, zset_only, instructions=False):
+    """Every measure on a fresh server running `module`: {label: {"usec", "cpu"}}
+    or, with `instructions`, {label: {"instructions"}} under callgrind."""
     bench.MODULE = os.path.abspath(module)  # the server chdirs to its --dir before loading
-    # The default form only, no redis-cell: builds from before the compact form load too.
-    server = bench.Server(storage=None, cell=False)
-    server.storage = lambda form: None
+    callgrind_dir = bench.tempfile.mkdtemp(prefix="xcloak-compare-") if instructions else None
+    wrapper = ["valgrind", "--tool=callgrind", "--callgrind-out-file=%s/cg.out" % callgrind_dir] if instructions else ()
+    keys = bench.KEYS
+    if instructions:
+        bench.KEYS = 2_000
+    server = bench.Server(wrapper=wrapper, storage=None if zset_only else "compact", cell=False)
+    if zset_only:
+        server.storage = lambda form: None
+    probe = Probe(server, callgrind_dir)
     try:
         sha = server.client.call("SCRIPT", "LOAD", open(bench.ARTICLE).read())
         now_ms = int(server.client.call("TIME")[0]) * 1000
         config = bench.MAIN
-        usec = {}
+        names = ("XCLOAK.ALLOW", "EVALSHA script", "ZADD") + (() if zset_only else ("XCLOAK.ALLOW compact",))
+        out = {}
+        requests = bench.KEYS * config["calls"]
         for name, stat, prefix, layout, argv in bench.bench_commands(sha, now_ms, config["limit"]):
-            if name not in ("XCLOAK.ALLOW", "EVALSHA script", "ZADD"):
+            if name not in names:
                 continue
             bench.prefill_keys(server, prefix, layout, now_ms, config["prefill"])
-            usec[name] = bench.benchmark_once(server, name, stat, argv(prefix), True, bench.KEYS * config["calls"])[3]
-        return usec
+            out["main workload: " + bench.LABEL[name]] = probe.run(
+                stat, requests, lambda: bench.redis_benchmark(server, argv(prefix), True, requests), callgrind.HANDLERS[name])
+        server.client.call("FLUSHALL")
+        if not zset_only:
+            streams(probe, out, 2_000 if instructions else STREAM_CALLS)
+            refunds(probe, out, 20 if instructions else REFUND_CALLS)
+        return out
     finally:
         server.stop()
+        bench.KEYS = keys
+        if callgrind_dir:
+            bench.shutil.rmtree(callgrind_dir, ignore_errors=True)
 
 
 def main():
-    modules = sys.argv[1:]
-    if not modules or any(not os.path.exists(m) for m in modules):
+    args = sys.argv[1:]
+    zset_only, instructions = "--zset-only" in args, "--instructions" in args
+    modules = [a for a in args if not a.startswith("--")]
+    if len(modules) < 2 or any(not os.path.exists(m) for m in modules):
         sys.exit(__doc__)
-    rounds = int(os.environ.get("ROUNDS", "3"))
+    rounds = 1 if instructions else int(os.environ.get("ROUNDS", "3"))
     runs = {m: [] for m in modules}
     for round_ in range(rounds):
         for module in modules[round_ % len(modules):] + modules[:round_ % len(modules)]:
-            usec = measure(module)
-            runs[module].append(usec)
-            print("round %d  %-30s ALLOW %5.2f  EVALSHA %5.2f  ZADD %5.2f usec/call  EVALSHA/ALLOW %.2fx  ALLOW/ZADD %.2fx" % (
-                round_ + 1, os.path.basename(module), usec["XCLOAK.ALLOW"], usec["EVALSHA script"], usec["ZADD"],
-                usec["EVALSHA script"] / usec["XCLOAK.ALLOW"], usec["XCLOAK.ALLOW"] / usec["ZADD"]), flush=True)
+            out = measure(module, zset_only, instructions)
+            runs[module].append(out)
+            print("round %d  %s" % (round_ + 1, os.path.basename(module)), flush=True)
+            for label, values in out.items():
+                print("    %-55s %s" % (label, ", ".join("%s %.2f" % kv for kv in values.items())), flush=True)
     print()
-    for module in modules:
-        rows = runs[module]
-
-        def median(f):
-            return statistics.median(f(row) for row in rows)
-        print("%-30s median ALLOW %.2f usec/call; EVALSHA/ALLOW %.2fx (rounds %s); ALLOW/ZADD %.2fx; EVALSHA/ZADD %.2fx" % (
-            os.path.basename(module), median(lambda r: r["XCLOAK.ALLOW"]),
-            median(lambda r: r["EVALSHA script"] / r["XCLOAK.ALLOW"]),
-            ", ".join("%.2f" % (r["EVALSHA script"] / r["XCLOAK.ALLOW"]) for r in rows),
-            median(lambda r: r["XCLOAK.ALLOW"] / r["ZADD"]), median(lambda r: r["EVALSHA script"] / r["ZADD"])))
+    base = modules[0]
+    labels = [label for label in runs[base][0] if all(label in r for m in modules for r in runs[m])]
+    names = [os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(m)))) or m for m in modules]
+    metrics = []
+    for label in labels:
+        metrics += [m for m in runs[base][0][label] if m not in metrics]
+    for metric in metrics:
+        print("%s per call, median: %s" % (metric, "  ".join("[%d] %s" % (i, n) for i, n in enumerate(names))))
+        for label in labels:
+            if not all(metric in r[label] for m in modules for r in runs[m]):
+                continue
+            medians = [statistics.median(r[label][metric] for r in runs[m]) for m in modules]
+            ratios = []
+            for i, m in enumerate(modules[1:], 1):
+                per_round = [b[label][metric] / a[label][metric] for a, b in zip(runs[base], runs[m])]
+                ratios.append("[%d] / [0] %.3fx (rounds %s)" % (i, statistics.median(per_round), ", ".join("%.2f" % r for r in per_round)))
+            print("  %-55s %s   %s" % (label, "  ".join("%10.2f" % v for v in medians), "; ".join(ratios)))
+        print()
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
 //! hangs, or changes any other key. The internal `XCLOAK.APPLY` is refused to
 //! clients however it is sent.
 //!
-//! The payloads are built here, byte by byte. The framing is learnt from (and
-//! checked against) a real `DUMP`:
+//! The payloads are built here, byte by byte, by encoders of this file (not
+//! the module's): the framing is learnt from (and checked against) a real
+//! `DUMP`:
 //!
 //! ```text
 //! 07                          RDB_TYPE_MODULE_2
@@ -16,6 +17,18 @@
 //! <2 bytes LE>                RDB version
 //! <8 bytes LE>                CRC-64 (Jones, reflected) of everything before it
 //! ```
+//!
+//! Both encodings the module reads are attacked: version 2 (what it writes:
+//! groups of up to 1,024 runs, each a 16-byte header and bit-packed slots:
+//!
+//! ```text
+//! word 0   first stamp (53 bits) | gap width dw (6) | count width cw (5)
+//! word 1   tag 0 (1) | size class 0 (5) | runs (11) | dead slots 0 (7) | span (40)
+//! bits     [entries (30) if cw > 0] count-1 | gap-1 count-1 | ... zero padding to a byte
+//! ```
+//! )
+//! and version 1 (0.1.0's varint runs). A version 1 payload that loads must
+//! dump back as the version 2 payload of the same window.
 //!
 //! Every case runs on two servers, `sanitize-dump-payload no` (the default)
 //! and `yes`, and must give the same outcome on both: the server's deep
@@ -107,8 +120,8 @@ fn run(delta: u64, count: u64) -> Vec<u8> {
     out
 }
 
-/// The canonical bytes of `(stamp, count)` runs, stamps increasing.
-fn canonical(runs: &[(u64, u64)]) -> Vec<u8> {
+/// The version 1 bytes of `(stamp, count)` runs, stamps increasing.
+fn canonical_v1(runs: &[(u64, u64)]) -> Vec<u8> {
     let mut previous = 0;
     runs.iter().flat_map(|&(stamp, count)| {
         let bytes = run(stamp - previous, count);
@@ -119,6 +132,83 @@ fn canonical(runs: &[(u64, u64)]) -> Vec<u8> {
 
 fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
+}
+
+/// Version 2: `value` in `width` bits at bit `pos`, bit by bit (little-endian bit order).
+fn put_bits(data: &mut [u8], pos: usize, width: u32, value: u64) {
+    for bit in 0..width as usize {
+        if value >> bit & 1 == 1 {
+            data[(pos + bit) / 8] |= 1 << ((pos + bit) % 8);
+        }
+    }
+}
+
+fn width(value: u64) -> u32 {
+    64 - value.leading_zeros()
+}
+
+/// A version 2 group's header and slots, with the widths given (None: the
+/// smallest) and the header fields as a writer would set them, then `tweak`ed.
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    first: u64,
+    dw: u32,
+    cw: u32,
+    tag: u64,
+    class: u64,
+    runs: u64,
+    dead: u64,
+    span: u64,
+    entries: u64,
+}
+
+impl Group {
+    fn of(runs: &[(u64, u64)]) -> Group {
+        let first = runs[0].0;
+        let dw = runs.windows(2).map(|w| width(w[1].0 - w[0].0 - 1)).max().unwrap_or(0);
+        let cw = runs.iter().map(|&(_, count)| width(count - 1)).max().unwrap();
+        let span = runs[runs.len() - 1].0 - first;
+        Group { first, dw, cw, tag: 0, class: 0, runs: runs.len() as u64, dead: 0, span, entries: runs.iter().map(|r| r.1).sum() }
+    }
+
+    /// The bytes of `runs` (their gaps and counts) laid out as this header says.
+    fn bytes(&self, runs: &[(u64, u64)]) -> Vec<u8> {
+        let w0 = self.first | u64::from(self.dw) << 53 | u64::from(self.cw) << 59;
+        let w1 = self.tag | self.class << 1 | self.runs << 6 | self.dead << 17 | self.span << 24;
+        let base = if self.cw > 0 { 30 } else { 0 };
+        let slot = (self.dw + self.cw) as usize;
+        let bits = base + self.cw as usize + (runs.len().max(1) - 1) * slot;
+        let mut data = vec![0u8; bits.div_ceil(8)];
+        if self.cw > 0 {
+            put_bits(&mut data, 0, 30, self.entries);
+        }
+        for (i, &(stamp, count)) in runs.iter().enumerate() {
+            let mut pos = base;
+            if i > 0 {
+                pos += self.cw as usize + (i - 1) * slot;
+                put_bits(&mut data, pos, self.dw, stamp - runs[i - 1].0 - 1);
+                pos += self.dw as usize;
+            }
+            put_bits(&mut data, pos, self.cw, count - 1);
+        }
+        cat(&[&w0.to_le_bytes(), &w1.to_le_bytes(), &data])
+    }
+}
+
+/// The version 2 bytes of `(stamp, count)` runs: groups of up to 1,024 runs,
+/// a new one also where the span from the group's first stamp would reach 2^40.
+fn canonical(runs: &[(u64, u64)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < runs.len() {
+        let mut end = start + 1;
+        while end < runs.len() && end - start < 1024 && runs[end].0 - runs[start].0 < 1 << 40 {
+            end += 1;
+        }
+        out.extend(Group::of(&runs[start..end]).bytes(&runs[start..end]));
+        start = end;
+    }
+    out
 }
 
 /// A saved field of the module value.
@@ -174,10 +264,16 @@ impl Frame {
         body
     }
 
-    /// A payload of a window: the right count, the canonical runs.
+    /// A payload of a window: the right count, the canonical bytes (version 2).
     fn window(&self, runs: &[(u64, u64)]) -> Vec<u8> {
         let count = runs.iter().map(|r| r.1).sum();
-        self.payload(&[Field::Uint(count), Field::Str(canonical(runs))])
+        self.with_encver(2).payload(&[Field::Uint(count), Field::Str(canonical(runs))])
+    }
+
+    /// The same window in 0.1.0's encoding (version 1).
+    fn window_v1(&self, runs: &[(u64, u64)]) -> Vec<u8> {
+        let count = runs.iter().map(|r| r.1).sum();
+        self.with_encver(1).payload(&[Field::Uint(count), Field::Str(canonical_v1(runs))])
     }
 }
 
@@ -218,7 +314,7 @@ fn learn_frame(conn: &mut Connection) -> Frame {
     assert_eq!(crc64(&dump[..n - 8]), u64::from_le_bytes(dump[n - 8..].try_into().unwrap()), "CRC-64 of {dump:?}");
     let mut pos = 1;
     let type_id = read_rdb_len(&dump, &mut pos);
-    assert_eq!(type_id & 1023, 1, "encoding version 1 in the low 10 bits of {type_id:#x}");
+    assert_eq!(type_id & 1023, 2, "encoding version 2 in the low 10 bits of {type_id:#x}");
     assert_eq!(dump[pos], 2, "UINT opcode");
     pos += 1;
     assert_eq!(read_rdb_len(&dump, &mut pos), 1, "entry count");
@@ -325,11 +421,13 @@ fn exercise(server: &Server, conn: &mut Connection, case: &str) {
 }
 
 /// What a case must do.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Expect {
     Refused,
     /// Loaded, and then `DUMP` gives back exactly the payload (it was canonical).
     Loaded,
+    /// Loaded (a version 1 payload), and then `DUMP` gives this version 2 payload.
+    LoadedAs(Vec<u8>),
     /// Either is fine (the server's own framing rules decide); if it loads,
     /// everything must work on it.
     Either,
@@ -338,7 +436,7 @@ enum Expect {
 /// RESTOREs `payload` as `VICTIM`, checks the outcome and everything after it,
 /// and returns whether it loaded. The keyspace digest afterwards (the victim
 /// and its copies deleted) must be `baseline`.
-fn try_case(server: &Server, conn: &mut Connection, baseline: &str, case: &str, payload: &[u8], expect: Expect) -> bool {
+fn try_case(server: &Server, conn: &mut Connection, baseline: &str, case: &str, payload: &[u8], expect: &Expect) -> bool {
     let restored: redis::RedisResult<String> = redis::cmd("RESTORE").arg(VICTIM).arg(0).arg(payload).query(conn);
     ping(server, conn, case);
     let loaded = match &restored {
@@ -351,13 +449,15 @@ fn try_case(server: &Server, conn: &mut Connection, baseline: &str, case: &str, 
             false
         }
     };
+    let dumps_as = |conn: &mut Connection, expected: &[u8]| {
+        assert!(loaded, "{case}: refused a canonical payload {payload:02x?}: {restored:?}\n{}", server.log());
+        let dump: Vec<u8> = redis::cmd("DUMP").arg(VICTIM).query(conn).unwrap();
+        assert_eq!(dump, expected, "{case}: the payload dumps back differently");
+    };
     match expect {
         Expect::Refused => assert!(!loaded, "{case}: accepted a crafted payload {payload:02x?}"),
-        Expect::Loaded => {
-            assert!(loaded, "{case}: refused a canonical payload {payload:02x?}: {restored:?}\n{}", server.log());
-            let dump: Vec<u8> = redis::cmd("DUMP").arg(VICTIM).query(conn).unwrap();
-            assert_eq!(dump, payload, "{case}: a canonical payload dumps back differently");
-        }
+        Expect::Loaded => dumps_as(conn, payload),
+        Expect::LoadedAs(v2) => dumps_as(conn, v2),
         Expect::Either => {}
     }
     if loaded {
@@ -368,20 +468,22 @@ fn try_case(server: &Server, conn: &mut Connection, baseline: &str, case: &str, 
     loaded
 }
 
-/// The crafted cases: (name, payload, what must happen).
-fn crafted(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
+/// The crafted cases of version 1 (0.1.0's varint runs): (name, payload, what must happen).
+fn crafted_v1(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
     use Expect::*;
     use Field::*;
+    let v1 = frame.with_encver(1);
     let runs = [(T, 3), (T + 1, 1), (T + 70, 2)];
-    let good = canonical(&runs);
+    let good = canonical_v1(&runs);
     let n = 6;
-    let with = |bytes: Vec<u8>, count: u64| frame.payload(&[Uint(count), Str(bytes)]);
+    let with = |bytes: Vec<u8>, count: u64| v1.payload(&[Uint(count), Str(bytes)]);
+    let as_v2 = |runs: &[(u64, u64)]| LoadedAs(frame.window(runs));
     let mut cases: Vec<(&str, Vec<u8>, Expect)> = vec![
-        ("valid", with(good.clone(), n), Loaded),
-        ("valid: one entry at 0", frame.window(&[(0, 1)]), Loaded),
-        ("valid: stamp 2^53-1", frame.window(&[(MAX_EXACT_MS, 1)]), Loaded),
-        ("valid: 1e9 entries in one run", frame.window(&[(T, MAX_ENTRIES)]), Loaded),
-        ("valid: 1e9 entries over two runs", frame.window(&[(1, MAX_ENTRIES / 2), (MAX_EXACT_MS, MAX_ENTRIES / 2)]), Loaded),
+        ("valid", with(good.clone(), n), as_v2(&runs)),
+        ("valid: one entry at 0", frame.window_v1(&[(0, 1)]), as_v2(&[(0, 1)])),
+        ("valid: stamp 2^53-1", frame.window_v1(&[(MAX_EXACT_MS, 1)]), as_v2(&[(MAX_EXACT_MS, 1)])),
+        ("valid: 1e9 entries in one run", frame.window_v1(&[(T, MAX_ENTRIES)]), as_v2(&[(T, MAX_ENTRIES)])),
+        ("valid: 1e9 entries over two runs", frame.window_v1(&[(1, MAX_ENTRIES / 2), (MAX_EXACT_MS, MAX_ENTRIES / 2)]), as_v2(&[(1, MAX_ENTRIES / 2), (MAX_EXACT_MS, MAX_ENTRIES / 2)])),
         // The entry count.
         ("count: one more", with(good.clone(), n + 1), Refused),
         ("count: one fewer", with(good.clone(), n - 1), Refused),
@@ -393,7 +495,7 @@ fn crafted(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
         ("unsorted: a step back of 50 ms", with(cat(&[&run(100, 1), &varint((-50i64 as u64) << 1)]), 2), Refused),
         ("equal stamps (second delta 0)", with(cat(&[&run(100, 1), &run(0, 1)]), 2), Refused),
         ("equal stamps, both multi", with(cat(&[&run(100, 2), &run(0, 2)]), 4), Refused),
-        ("stamp 2^53", frame.window(&[(MAX_EXACT_MS + 1, 1)]), Refused),
+        ("stamp 2^53", frame.window_v1(&[(MAX_EXACT_MS + 1, 1)]), Refused),
         ("stamp 2^53 reached by the second delta", with(cat(&[&run(MAX_EXACT_MS, 1), &run(1, 1)]), 2), Refused),
         ("stamp 2^63-1", with(run(i64::MAX as u64, 1), 1), Refused),
         ("delta overflowing i64", with(cat(&[&run(100, 1), &varint(u64::MAX - 1)]), 2), Refused),
@@ -401,10 +503,10 @@ fn crafted(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
         // Counts inside the runs.
         ("multi flag, count 1", with(cat(&[&varint(T << 1 | 1), &varint(1)]), 1), Refused),
         ("multi flag, count 0", with(cat(&[&varint(T << 1 | 1), &varint(0)]), 0), Refused),
-        ("total 1e9 + 1", frame.window(&[(T, MAX_ENTRIES), (T + 1, 1)]), Refused),
-        ("one run of 1e9 + 1", frame.window(&[(T, MAX_ENTRIES + 1)]), Refused),
-        ("one run of 2^32 + 2 (u32 wrap)", frame.window(&[(T, (1 << 32) + 2)]), Refused),
-        ("one run of 2^64-1", frame.window(&[(T, u64::MAX)]), Refused),
+        ("total 1e9 + 1", frame.window_v1(&[(T, MAX_ENTRIES), (T + 1, 1)]), Refused),
+        ("one run of 1e9 + 1", frame.window_v1(&[(T, MAX_ENTRIES + 1)]), Refused),
+        ("one run of 2^32 + 2 (u32 wrap)", frame.window_v1(&[(T, (1 << 32) + 2)]), Refused),
+        ("one run of 2^64-1", frame.window_v1(&[(T, u64::MAX)]), Refused),
         ("two runs summing past 2^64", with(cat(&[&run(1, u64::MAX), &run(1, u64::MAX)]), 0), Refused),
         // Varints.
         ("truncated varint", with(cat(&[&good, &[0x80]]), n), Refused),
@@ -419,49 +521,132 @@ fn crafted(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
         ("empty string, count 0", with(Vec::new(), 0), Refused),
         ("empty string, count 1", with(Vec::new(), 1), Refused),
         // Lengths and fields of the RDB framing.
-        ("string length 2^62", frame.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(1 << 62), &good]))]), Refused),
-        ("string length 1 MB past the payload", frame.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(1 << 20), &good]))]), Refused),
-        ("string length one past the bytes", frame.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(good.len() as u64 + 1), &good]))]), Refused),
-        ("string length one short of the bytes", frame.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(good.len() as u64 - 1), &good]))]), Refused),
-        ("missing field: no string", frame.payload(&[Uint(n)]), Refused),
-        ("missing field: no count", frame.payload(&[Str(good.clone())]), Refused),
-        ("missing fields: none", frame.payload(&[]), Refused),
-        ("fields swapped", frame.payload(&[Str(good.clone()), Uint(n)]), Refused),
-        ("extra field: a uint", frame.payload(&[Uint(n), Str(good.clone()), Uint(1)]), Refused),
-        ("extra field: a string", frame.payload(&[Uint(n), Str(good.clone()), Str(good.clone())]), Refused),
-        ("wrong opcode: SINT for the count", frame.payload(&[Raw(cat(&[&[1], &rdb_len(n)])), Str(good.clone())]), Refused),
-        ("wrong opcode: DOUBLE for the count", frame.payload(&[Raw(cat(&[&[4], &[0; 8]])), Str(good.clone())]), Refused),
-        ("wrong opcode: FLOAT for the string", frame.payload(&[Uint(n), Raw(cat(&[&[3], &[0; 4]]))]), Refused),
-        ("wrong opcode: 9", frame.payload(&[Uint(n), Raw(cat(&[&[9], &rdb_len(good.len() as u64), &good]))]), Refused),
-        ("no EOF opcode", frame.seal(cat(&[&[7], &rdb_len(frame.type_id), &[2], &rdb_len(n), &[5], &rdb_len(good.len() as u64), &good])), Refused),
-        ("cut after the type id", frame.seal(cat(&[&[7], &rdb_len(frame.type_id)])), Refused),
-        ("encoding version 0", frame.with_encver(0).payload(&[Uint(n), Str(good.clone())]), Refused),
-        ("encoding version 1023", frame.with_encver(1023).payload(&[Uint(n), Str(good.clone())]), Refused),
-        ("unknown module type", Frame { type_id: frame.type_id ^ 1 << 40, ..*frame }.payload(&[Uint(n), Str(good.clone())]), Refused),
+        ("string length 2^62", v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(1 << 62), &good]))]), Refused),
+        ("string length 1 MB past the payload", v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(1 << 20), &good]))]), Refused),
+        ("string length one past the bytes", v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(good.len() as u64 + 1), &good]))]), Refused),
+        ("string length one short of the bytes", v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(good.len() as u64 - 1), &good]))]), Refused),
+        ("missing field: no string", v1.payload(&[Uint(n)]), Refused),
+        ("missing field: no count", v1.payload(&[Str(good.clone())]), Refused),
+        ("missing fields: none", v1.payload(&[]), Refused),
+        ("fields swapped", v1.payload(&[Str(good.clone()), Uint(n)]), Refused),
+        ("extra field: a uint", v1.payload(&[Uint(n), Str(good.clone()), Uint(1)]), Refused),
+        ("extra field: a string", v1.payload(&[Uint(n), Str(good.clone()), Str(good.clone())]), Refused),
+        ("wrong opcode: SINT for the count", v1.payload(&[Raw(cat(&[&[1], &rdb_len(n)])), Str(good.clone())]), Refused),
+        ("wrong opcode: DOUBLE for the count", v1.payload(&[Raw(cat(&[&[4], &[0; 8]])), Str(good.clone())]), Refused),
+        ("wrong opcode: FLOAT for the string", v1.payload(&[Uint(n), Raw(cat(&[&[3], &[0; 4]]))]), Refused),
+        ("wrong opcode: 9", v1.payload(&[Uint(n), Raw(cat(&[&[9], &rdb_len(good.len() as u64), &good]))]), Refused),
+        ("no EOF opcode", v1.seal(cat(&[&[7], &rdb_len(v1.type_id), &[2], &rdb_len(n), &[5], &rdb_len(good.len() as u64), &good])), Refused),
+        ("cut after the type id", v1.seal(cat(&[&[7], &rdb_len(v1.type_id)])), Refused),
+        ("unknown module type", Frame { type_id: v1.type_id ^ 1 << 40, ..v1 }.payload(&[Uint(n), Str(good.clone())]), Refused),
         // Redis' own framing, which the module does not decide.
         ("bytes after the EOF opcode", {
             let valid = with(good.clone(), n);
-            frame.seal(cat(&[&valid[..valid.len() - 10], &[0xab, 0xcd]]))
+            v1.seal(cat(&[&valid[..valid.len() - 10], &[0xab, 0xcd]]))
         }, Either),
-        ("count as a 64-bit length", frame.payload(&[Raw(cat(&[&[2, 0x81], &n.to_be_bytes()])), Str(good.clone())]), Either),
+        ("count as a 64-bit length", v1.payload(&[Raw(cat(&[&[2, 0x81], &n.to_be_bytes()])), Str(good.clone())]), Either),
         // RDB_TYPE_MODULE (version 1 framing: no opcodes, no EOF), sent by old servers.
-        ("module type v1 framing", frame.seal(cat(&[&[6], &rdb_len(frame.type_id), &rdb_len(n), &rdb_len(good.len() as u64), &good])), Either),
-        ("module type v1 framing, wrong count", frame.seal(cat(&[&[6], &rdb_len(frame.type_id), &rdb_len(n + 1), &rdb_len(good.len() as u64), &good])), Refused),
+        ("module type v1 framing", v1.seal(cat(&[&[6], &rdb_len(v1.type_id), &rdb_len(n), &rdb_len(good.len() as u64), &good])), Either),
+        ("module type v1 framing, wrong count", v1.seal(cat(&[&[6], &rdb_len(v1.type_id), &rdb_len(n + 1), &rdb_len(good.len() as u64), &good])), Refused),
+        // A version 2 window sent as version 1, and the reverse.
+        ("version 2 bytes under version 1", with(canonical(&runs), n), Refused),
+        ("version 1 bytes under version 2", frame.with_encver(2).payload(&[Uint(n), Str(good.clone())]), Refused),
     ];
     // An LZF-compressed string (encoding 0xc3) claiming a huge uncompressed length.
     cases.push((
         "LZF string claiming 2^40 bytes",
-        frame.payload(&[Uint(n), Raw(cat(&[&[5, 0xc3], &rdb_len(4), &rdb_len(1 << 40), &[0, 1, 2, 3]]))]),
+        v1.payload(&[Uint(n), Raw(cat(&[&[5, 0xc3], &rdb_len(4), &rdb_len(1 << 40), &[0, 1, 2, 3]]))]),
         Refused,
     ));
-    cases.into_iter().map(|(name, payload, expect)| (name.to_string(), payload, expect)).collect()
+    cases.into_iter().map(|(name, payload, expect)| ("v1 ".to_string() + name, payload, expect)).collect()
 }
 
+/// The crafted cases of version 2 (groups of bit-packed runs).
+fn crafted_v2(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
+    use Expect::*;
+    use Field::*;
+    let v2 = frame.with_encver(2);
+    let runs = [(T, 3), (T + 1, 1), (T + 70, 2), (T + 9000, 1)];
+    let n = 7;
+    let g = Group::of(&runs);
+    let with = |bytes: Vec<u8>, count: u64| v2.payload(&[Uint(count), Str(bytes)]);
+    let tweaked = |tweak: &dyn Fn(&mut Group)| {
+        let mut group = g;
+        tweak(&mut group);
+        with(group.bytes(&runs), n)
+    };
+    let lone = [(T, 1), (T + 10, 1), (T + 25, 1)];
+    let lone_group = Group::of(&lone);
+    let many: Vec<(u64, u64)> = (0..1025).map(|i| (T + 7 * i, 1 + i % 2)).collect();
+    let many_count: u64 = many.iter().map(|r| r.1).sum();
+    let mut cases: Vec<(&str, Vec<u8>, Expect)> = vec![
+        ("valid", frame.window(&runs), Loaded),
+        ("valid: one entry at 0", frame.window(&[(0, 1)]), Loaded),
+        ("valid: stamp 2^53-1", frame.window(&[(MAX_EXACT_MS, 1)]), Loaded),
+        ("valid: stamps 0 and 2^53-1 (groups split by the span)", frame.window(&[(0, 2), (MAX_EXACT_MS, 1)]), Loaded),
+        ("valid: 1e9 entries in one run", frame.window(&[(T, MAX_ENTRIES)]), Loaded),
+        ("valid: 1,025 runs in two groups", frame.window(&many), Loaded),
+        ("valid: lone entries (no count bits)", frame.window(&lone), Loaded),
+        // The entry count of the RDB field.
+        ("count: one more", with(canonical(&runs), n + 1), Refused),
+        ("count: one fewer", with(canonical(&runs), n - 1), Refused),
+        ("count: 2^32 + 7 (u32 wrap)", with(canonical(&runs), (1 << 32) + n), Refused),
+        // Header fields.
+        ("tag 1 (a large root)", tweaked(&|g| g.tag = 1), Refused),
+        ("dead slots 1", tweaked(&|g| g.dead = 1), Refused),
+        ("dead slots 127", tweaked(&|g| g.dead = 127), Refused),
+        ("size class 11", tweaked(&|g| g.class = 11), Refused),
+        ("no runs", tweaked(&|g| g.runs = 0), Refused),
+        ("runs one fewer", tweaked(&|g| g.runs = 3), Refused),
+        ("runs one more", tweaked(&|g| g.runs = 5), Refused),
+        ("runs 1,025", { let mut g = Group::of(&many[..1025]); g.runs = 1025; with(g.bytes(&many[..1025]), many_count) }, Refused),
+        ("runs 2,047", tweaked(&|g| g.runs = 2047), Refused),
+        ("span one more", tweaked(&|g| g.span += 1), Refused),
+        ("span one fewer", tweaked(&|g| g.span -= 1), Refused),
+        ("span 2^40 - 1 past the gaps", tweaked(&|g| g.span = (1 << 40) - 1), Refused),
+        ("gap width 41", tweaked(&|g| g.dw = 41), Refused),
+        ("gap width 63", tweaked(&|g| g.dw = 63), Refused),
+        ("count width 31", tweaked(&|g| g.cw = 31), Refused),
+        ("a gap width wider than needed", tweaked(&|g| g.dw += 1), Refused),
+        ("a count width wider than needed", tweaked(&|g| g.cw += 1), Refused),
+        ("count bits where none are needed", with({ let mut g = lone_group; g.cw = 1; g.bytes(&lone) }, 3), Refused),
+        ("a gap width too narrow", tweaked(&|g| g.dw -= 1), Refused),
+        ("the group's entry count lies", tweaked(&|g| g.entries += 1), Refused),
+        ("the group's entry count 0", tweaked(&|g| g.entries = 0), Refused),
+        ("first stamp 2^53-1 (the next ones past it)", tweaked(&|g| g.first = MAX_EXACT_MS), Refused),
+        ("a stamp past 2^53-1 through the span", frame.with_encver(2).payload(&[Uint(2), Str(Group::of(&[(MAX_EXACT_MS - 5, 1), (MAX_EXACT_MS + 1, 1)]).bytes(&[(MAX_EXACT_MS - 5, 1), (MAX_EXACT_MS + 1, 1)]))]), Refused),
+        // Padding and length.
+        ("a padding bit set", {
+            // Two lone entries 10 ms apart: one gap of 4 bits, then 4 bits of padding.
+            let pair = [(T, 1), (T + 10, 1)];
+            let mut bytes = Group::of(&pair).bytes(&pair);
+            assert_eq!(bytes.len(), 17);
+            *bytes.last_mut().unwrap() |= 0x80;
+            with(bytes, 2)
+        }, Refused),
+        ("a trailing zero byte", with(cat(&[&canonical(&runs), &[0]]), n), Refused),
+        ("a trailing header", with(cat(&[&canonical(&runs), &[0; 16]]), n), Refused),
+        ("cut inside the slots", with(canonical(&runs)[..18].to_vec(), n), Refused),
+        ("cut inside the header", with(canonical(&runs)[..9].to_vec(), n), Refused),
+        ("empty", with(Vec::new(), 0), Refused),
+        // Groups.
+        ("two groups where one would do", with(cat(&[&Group::of(&runs[..2]).bytes(&runs[..2]), &Group::of(&runs[2..]).bytes(&runs[2..])]), n), Refused),
+        ("groups out of order", with(cat(&[&Group::of(&runs[2..]).bytes(&runs[2..]), &Group::of(&runs[..2]).bytes(&runs[..2])]), n), Refused),
+        ("groups sharing a stamp", with(cat(&[&Group::of(&runs[..2]).bytes(&runs[..2]), &Group::of(&runs[1..]).bytes(&runs[1..])]), n + 1), Refused),
+        ("1e9 + 1 entries over two groups", with(cat(&[&canonical(&[(T, MAX_ENTRIES)]), &canonical(&[(T + 1, 1)])]), MAX_ENTRIES + 1), Refused),
+        ("a count of 2^30 (past 1e9)", frame.window(&[(T, 1 << 30)]), Refused),
+        // Encoding versions this module does not write.
+        ("encoding version 0", frame.with_encver(0).payload(&[Uint(n), Str(canonical(&runs))]), Refused),
+        ("encoding version 1023", frame.with_encver(1023).payload(&[Uint(n), Str(canonical(&runs))]), Refused),
+    ];
+    cases.push(("group LZF string claiming 2^40 bytes", v2.payload(&[Uint(n), Raw(cat(&[&[5, 0xc3], &rdb_len(4), &rdb_len(1 << 40), &[0, 1, 2, 3]]))]), Refused));
+    cases.into_iter().map(|(name, payload, expect)| ("v2 ".to_string() + name, payload, expect)).collect()
+}
 
 const RANDOM_ROUNDS: usize = 300;
 
-/// Random windows (which must load) and random mutations of valid payloads
-/// (anything after the type byte; the CRC fixed up), each through `try_case`.
+/// Random windows (which must load, in both versions) and random mutations
+/// of valid payloads (anything after the type byte; the CRC fixed up), each
+/// through `try_case`.
 fn random_cases(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
     let mut rng = Rng(0x5EED_0000_0011);
     let mut cases = Vec::new();
@@ -472,7 +657,7 @@ fn random_cases(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
             1 => MAX_EXACT_MS - rng.below(100),
             _ => T + rng.below(1 << 20),
         };
-        for _ in 0..1 + rng.below(12) {
+        for _ in 0..1 + rng.below(if round % 20 == 0 { 1500 } else { 12 }) {
             if stamp > MAX_EXACT_MS {
                 break;
             }
@@ -481,13 +666,17 @@ fn random_cases(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
                 1 | 2 => 2 + rng.below(5),
                 _ => 1,
             };
+            if runs.iter().map(|r: &(u64, u64)| r.1).sum::<u64>() + count > MAX_ENTRIES {
+                break;
+            }
             runs.push((stamp, count));
-            let gap = [2, 64, 9000, 1 << 40][rng.below(4) as usize];
+            let gap = [2, 64, 9000, 1 << 39, 1 << 41][rng.below(5) as usize];
             stamp += 1 + rng.below(gap);
         }
-        let valid = frame.window(&runs);
-        if round % 4 == 0 {
-            cases.push((format!("random window {round}: {runs:?}"), valid, Expect::Loaded));
+        let valid = if round % 2 == 0 { frame.window(&runs) } else { frame.window_v1(&runs) };
+        if round % 4 < 2 {
+            let expect = if round % 2 == 0 { Expect::Loaded } else { Expect::LoadedAs(frame.window(&runs)) };
+            cases.push((format!("random window {round} (version {}): {} runs", 2 - round % 2, runs.len()), valid, expect));
             continue;
         }
         // Mutate the body after the type byte, keep the version, recompute the CRC.
@@ -510,7 +699,7 @@ fn random_cases(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
                 _ => body.truncate(at.max(1)),
             }
         }
-        cases.push((format!("mutation {round} of {runs:?}"), frame.seal(body), Expect::Either));
+        cases.push((format!("mutation {round} (version {}) of {} runs", 2 - round % 2, runs.len()), frame.seal(body), Expect::Either));
     }
     cases
 }
@@ -523,23 +712,24 @@ fn run_cases(sanitize: bool) -> Vec<(String, bool)> {
     let frame = learn_frame(&mut conn);
     let baseline = digest(&mut conn);
     let mut outcomes = Vec::new();
-    let mut cases = crafted(&frame);
+    let mut cases = crafted_v1(&frame);
+    cases.extend(crafted_v2(&frame));
     cases.extend(random_cases(&frame));
     for (case, payload, expect) in &cases {
         let case = format!("{case} (sanitize-dump-payload {})", if sanitize { "yes" } else { "no" });
-        let loaded = try_case(&server, &mut conn, &baseline, &case, payload, *expect);
+        let loaded = try_case(&server, &mut conn, &baseline, &case, payload, expect);
         if *expect == Expect::Either && !case.starts_with("mutation") {
             eprintln!("{case}: {}", if loaded { "loaded" } else { "refused" });
         }
         outcomes.push((case, loaded));
     }
 
-    // Encoding version 2 is refused with a log line naming the version.
-    let before = server.log().matches("encoding version is 2").count();
-    let payload = frame.with_encver(2).window(&[(T, 1)]);
-    assert!(!try_case(&server, &mut conn, &baseline, "encoding version 2", &payload, Expect::Refused));
+    // Encoding version 3 (a later module's) is refused with a log line naming the version.
+    let before = server.log().matches("encoding version is 3").count();
+    let payload = frame.with_encver(3).payload(&[Field::Uint(1), Field::Str(canonical(&[(T, 1)]))]);
+    assert!(!try_case(&server, &mut conn, &baseline, "encoding version 3", &payload, &Expect::Refused));
     let log = server.log();
-    assert_eq!(log.matches("encoding version is 2").count(), before + 1, "no log line for version 2:\n{log}");
+    assert_eq!(log.matches("encoding version is 3").count(), before + 1, "no log line for version 3:\n{log}");
     assert!(log.contains("xcloaklog"), "the log line names the type:\n{log}");
 
     let mutations_loaded = outcomes.iter().filter(|(case, loaded)| *loaded && case.starts_with("mutation")).count();
@@ -567,7 +757,7 @@ fn apply_is_refused_to_clients() {
     let mut conn = server.client();
     populate(&mut conn);
     let baseline = digest(&mut conn);
-    let load = canonical(&[(T, 1)]);
+    let load = canonical_v1(&[(T, 1)]);
     let calls: Vec<Vec<Vec<u8>>> = vec![
         vec![b"rl:one".to_vec(), b"A5*1".to_vec()],
         vec![b"rl:one".to_vec(), format!("T{MAX_EXACT_MS}").into_bytes()],

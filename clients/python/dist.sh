@@ -13,6 +13,15 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import build" 2>/dev/
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check build==1.6.1
 fi
-rm -f "$out"/xcloak-*.whl "$out"/xcloak-*.tar.gz
-"$venv/bin/python" -m build --sdist --wheel --outdir "$out" . >/dev/null
-ls "$out"/xcloak-*.whl "$out"/xcloak-*.tar.gz
+# Built into a folder of its own, then moved: DIR also holds the module's
+# tarball (xcloak-<version>-linux-x86_64.tar.gz), which a glob on the sdist's
+# name (xcloak-*.tar.gz) would match.
+rm -f "$out"/xcloak-*-py3-none-any.whl
+build_out=$(mktemp -d)
+trap 'rm -rf "$build_out"' EXIT
+"$venv/bin/python" -m build --sdist --wheel --outdir "$build_out" . >/dev/null
+for f in "$build_out"/*; do
+    rm -f "$out/$(basename "$f")"
+    mv "$f" "$out/"
+    echo "dist (python): wrote $out/$(basename "$f")" >&2
+done

@@ -124,7 +124,7 @@ fuzz_target!(|data: &[u8]| {
         now = (now.saturating_add(step)).clamp(0, MAX_EXACT_MS);
 
         let cost = i64::from(op >> 2) % (smallest_limit + 3) + 1;
-        let request = Request { tiers, cost, now_ms: Some(now), details: op & 1 == 1, stamp: false };
+        let request = Request { tiers, cost, now_ms: Some(now), details: op & 1 == 1, stamp: false, oldest: false };
         let live_before: Vec<i64> = tiers.iter().map(|t| live(&log, t, now)).collect();
         let fits = tiers.iter().zip(&live_before).all(|(t, &l)| l + cost <= t.limit);
         let before = log.clone();

@@ -1,8 +1,15 @@
-//! The compact form of a window: the module's data type `xcloaklog`, holding a
-//! [`RunLog`] (the log as varint runs, `encoding.rs`), and everything that makes
-//! it a real data type: RDB save/load with an encoding version, AOF rewrite,
+//! The compact form of a window: the module's data type `xcloaklog`, whose
+//! value is a [`RunLog`]'s root pointer (one bit-packed block, or an index of
+//! blocks: `encoding.rs`), and everything that makes it a real data type: RDB
+//! save/load with an encoding version (2, and 0.1.0's 1), AOF rewrite,
 //! DUMP/RESTORE (and so MIGRATE and resharding), COPY, MEMORY USAGE, lazy
 //! free, DEBUG DIGEST-VALUE, active defrag.
+//!
+//! The value is the log's own allocation, not a box around it: a window of a
+//! few entries is one allocation. When a change moves it (a block that grows
+//! into the next size class, a window that goes from one block to an index),
+//! the key's value is swapped for the new pointer
+//! (`RedisModule_ModuleTypeReplaceValue`, which frees nothing).
 //!
 //! The type is registered only when the module is loaded with
 //! `STORAGE compact`: a server loaded without it has no module type, so
@@ -17,6 +24,7 @@
 //! `XCLOAK.APPLY key L <canonical bytes>` (the server adds the expiry).
 
 use std::ffi::{c_char, c_int, c_void, CString};
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
@@ -31,9 +39,14 @@ use crate::window::Log;
 /// `TYPE` replies this; module type names are exactly 9 characters.
 pub const TYPE_NAME: &std::ffi::CStr = c"xcloaklog";
 
-/// The RDB encoding this module writes and reads. A payload of a later
-/// version (from a newer module) is refused with a log line, never guessed at.
-pub const ENCODING_VERSION: c_int = 1;
+/// The RDB encoding this module writes: 2, bit-packed groups of runs
+/// (`RunLog::encode`). It also reads 1, the varint runs 0.1.0 wrote. A payload
+/// of a later version (from a newer module) is refused with a log line, never
+/// guessed at.
+pub const ENCODING_VERSION: c_int = 2;
+
+/// 0.1.0's RDB encoding: the varint runs (`RunLog::encode_runs`), still read.
+const ENCODING_VERSION_RUNS: c_int = 1;
 
 /// The server's own wrapper around a module value (its object header and
 /// the type/value pair), counted in `MEMORY USAGE` like a core type's header.
@@ -91,18 +104,26 @@ pub fn is_ours(key: &Key) -> bool {
     !ours.is_null() && unsafe { api!(RedisModule_ModuleTypeGetType)(key.raw) } == ours
 }
 
-/// The log stored at `key`, if the key holds one.
-fn value_of(key: &Key) -> *mut RunLog {
+/// The root of the log stored at `key`, or null if the key holds none.
+fn value_of(key: &Key) -> *mut u8 {
     if !is_ours(key) {
         return ptr::null_mut();
     }
-    // SAFETY: the key holds our type, whose values are `Box<RunLog>`s.
-    unsafe { api!(RedisModule_ModuleTypeGetValue)(key.raw) as *mut RunLog }
+    // SAFETY: the key holds our type, whose values are RunLog roots.
+    unsafe { api!(RedisModule_ModuleTypeGetValue)(key.raw) as *mut u8 }
+}
+
+/// Runs `read` on the log whose root the server holds at `value` (null: none).
+fn with_log<T>(value: *mut u8, read: impl FnOnce(Option<&RunLog>) -> T) -> T {
+    // SAFETY: a non-null value is a root this module handed to the server; it
+    // is borrowed here and never dropped (ManuallyDrop).
+    let log = ManuallyDrop::new(unsafe { RunLog::from_raw(value) });
+    read((!value.is_null()).then_some(&*log))
 }
 
 /// Stores `log` at the (open, writable) `key`, replacing what it held.
-fn set_value(key: &Key, log: RunLog) -> *mut RunLog {
-    let value = Box::into_raw(Box::new(log));
+fn set_value(key: &Key, log: RunLog) -> *mut u8 {
+    let value = log.into_raw();
     // SAFETY: the key is open for writing; the server owns `value` from now
     // on and frees it through `free`.
     unsafe { api!(RedisModule_ModuleTypeSetValue)(key.raw, TYPE.load(Relaxed), value as *mut c_void) };
@@ -113,28 +134,47 @@ fn set_value(key: &Key, log: RunLog) -> *mut RunLog {
 pub struct CompactLog {
     pub key: Key,
     pub changes: Changes,
-    /// The stored log; null while the key is empty.
-    value: *mut RunLog,
+    /// The key's log, borrowed from the server: never dropped here (the
+    /// server frees it through `free`); empty while the key holds none.
+    log: ManuallyDrop<RunLog>,
+    /// The root the server holds for the key; null while it holds none.
+    stored: *mut u8,
 }
 
 impl CompactLog {
     pub fn new(key: Key) -> CompactLog {
-        let value = value_of(&key);
-        CompactLog { key, changes: Changes::default(), value }
+        let stored = value_of(&key);
+        // SAFETY: as in `with_log`; only this struct changes the key's value
+        // while it is open.
+        let log = ManuallyDrop::new(unsafe { RunLog::from_raw(stored) });
+        CompactLog { key, changes: Changes::default(), log, stored }
+    }
+
+    fn log(&self) -> Option<&RunLog> {
+        (!self.stored.is_null()).then_some(&*self.log)
+    }
+
+    /// After a change: the key's value is the log's root again.
+    fn sync(&mut self) {
+        let root = self.log.as_raw();
+        if root != self.stored && !self.stored.is_null() {
+            let mut old: *mut c_void = ptr::null_mut();
+            // SAFETY: the key is open for writing and holds our type; the old
+            // root was already freed or reused by the log (nothing is freed here).
+            unsafe { api!(RedisModule_ModuleTypeReplaceValue)(self.key.raw, TYPE.load(Relaxed), root as *mut c_void, &mut old) };
+            self.stored = root;
+        }
     }
 
     /// An empty window leaves no key.
     fn delete_if_empty(&mut self) {
         if self.log().is_some_and(RunLog::is_empty) {
+            self.sync();
+            // The server frees the root through `free`.
             self.key.delete();
-            self.value = ptr::null_mut();
+            self.log = ManuallyDrop::new(RunLog::default());
+            self.stored = ptr::null_mut();
         }
-    }
-
-    fn log(&self) -> Option<&RunLog> {
-        // SAFETY: a non-null `value` is the key's, valid while the key is open
-        // and nothing else replaced it (only this struct writes it).
-        unsafe { self.value.as_ref() }
     }
 
     /// Replicates the call's changes, and the expiry to set, as one
@@ -190,11 +230,15 @@ impl Log for CompactLog {
 
     fn trim(&mut self, cutoff_ms: i64) -> u64 {
         self.changes.cutoff_ms = cutoff_ms;
-        // SAFETY: as in `log`, and this call holds the key open for writing.
-        let Some(log) = (unsafe { self.value.as_mut() }) else { return 0 };
-        let removed = log.trim(cutoff_ms);
-        self.changes.trimmed += removed;
-        self.delete_if_empty();
+        if self.stored.is_null() {
+            return 0;
+        }
+        let removed = self.log.trim(cutoff_ms);
+        if removed > 0 {
+            self.sync();
+            self.changes.trimmed += removed;
+            self.delete_if_empty();
+        }
         removed
     }
 
@@ -207,19 +251,26 @@ impl Log for CompactLog {
     }
 
     fn record(&mut self, now_ms: i64, cost: u64) {
-        if self.value.is_null() {
-            self.value = set_value(&self.key, RunLog::default());
+        if self.stored.is_null() {
+            let mut log = RunLog::default();
+            log.record(now_ms, cost);
+            self.stored = set_value(&self.key, log);
+            // SAFETY: the root just handed to the server, borrowed as in `new`.
+            self.log = ManuallyDrop::new(unsafe { RunLog::from_raw(self.stored) });
+        } else {
+            self.log.record(now_ms, cost);
+            self.sync();
         }
-        // SAFETY: just set, or the key's value.
-        unsafe { &mut *self.value }.record(now_ms, cost);
         self.changes.added += cost;
         self.changes.added_at_ms = now_ms;
     }
 
     fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
-        // SAFETY: as in `trim`.
-        let Some(log) = (unsafe { self.value.as_mut() }) else { return 0 };
-        let removed = log.remove_at(stamp_ms, count);
+        if self.stored.is_null() {
+            return 0;
+        }
+        let removed = self.log.remove_at(stamp_ms, count);
+        self.sync();
         if removed > 0 {
             self.changes.removed += removed;
             self.changes.removed_at_ms = stamp_ms;
@@ -231,15 +282,15 @@ impl Log for CompactLog {
 
 /// Every entry at `key` (which holds this type) as runs, oldest first.
 pub fn read_runs(key: &Key) -> Vec<(i64, u64)> {
-    // SAFETY: see `CompactLog::log`.
-    unsafe { value_of(key).as_ref() }.map_or_else(Vec::new, |log| log.runs().collect())
+    with_log(value_of(key), |log| log.map_or_else(Vec::new, |log| log.runs().collect()))
 }
 
-/// Stores `runs` at the empty `key` and replicates `XCLOAK.APPLY key L <bytes>`.
+/// Stores `runs` at the empty `key` and replicates `XCLOAK.APPLY key L <bytes>`
+/// (the varint runs of encoding 1: the effect every release reads).
 pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
     let log = RunLog::from_runs(runs.iter().copied());
     let mut bytes = Vec::new();
-    log.encode(&mut bytes);
+    log.encode_runs(&mut bytes);
     set_value(key, log);
     replicate_effect(key, &Effect { load: true, ..Effect::default() }, Some(&bytes));
 }
@@ -261,15 +312,14 @@ pub fn apply(key: Key, effect: &Effect, bytes: Option<&[u8]>) -> Result<(), Stri
         return Err(super::WRONGTYPE.to_string());
     }
     let loaded = match (effect.load, bytes) {
-        (true, Some(bytes)) => Some(RunLog::decode(bytes).map_err(|e| format!("XCLOAK.APPLY L: {e}"))?),
+        (true, Some(bytes)) => Some(RunLog::decode_runs(bytes).map_err(|e| format!("XCLOAK.APPLY L: {e}"))?),
         (false, None) => None,
         _ => return Err("XCLOAK.APPLY takes the canonical bytes after the effect exactly when it loads (L)".to_string()),
     };
     if let Some((_, count)) = effect.add {
-        // SAFETY: see `CompactLog::log`.
         let held = match &loaded {
             Some(log) => log.len(),
-            None => unsafe { value_of(&key).as_ref() }.map_or(0, RunLog::len),
+            None => with_log(value_of(&key), |log| log.map_or(0, RunLog::len)),
         };
         if held + count > MAX_ENTRIES {
             return Err(format!("XCLOAK.APPLY A would hold more than {MAX_ENTRIES} entries"));
@@ -302,23 +352,20 @@ fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 
+/// The log of a value the server holds, borrowed.
+///
 /// # Safety
-/// `value` must be a value of this type (a `Box<RunLog>` the server holds).
-unsafe fn log_of<'a>(value: *const c_void) -> &'a RunLog {
-    unsafe { &*(value as *const RunLog) }
-}
-
-fn canonical(log: &RunLog) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    log.encode(&mut bytes);
-    bytes
+/// `value` must be a value of this type (a RunLog root the server holds).
+unsafe fn log_of(value: *const c_void) -> ManuallyDrop<RunLog> {
+    ManuallyDrop::new(unsafe { RunLog::from_raw(value as *mut u8) })
 }
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guarded((), || {
         // SAFETY: the server passes a value of this type and a live IO.
         let log = unsafe { log_of(value) };
-        let bytes = canonical(log);
+        let mut bytes = Vec::new();
+        log.encode(&mut bytes);
         unsafe {
             api!(RedisModule_SaveUnsigned)(rdb, log.len());
             api!(RedisModule_SaveStringBuffer)(rdb, bytes.as_ptr() as *const c_char, bytes.len());
@@ -328,7 +375,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guarded(ptr::null_mut(), || match load(rdb, encver) {
-        Ok(log) => Box::into_raw(Box::new(log)) as *mut c_void,
+        Ok(log) => log.into_raw() as *mut c_void,
         Err(reason) => {
             log_io_warning(rdb, &format!("xcloak: refusing a compact window (xcloaklog) in the data being loaded: {reason}"));
             ptr::null_mut()
@@ -337,9 +384,9 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
 }
 
 fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<RunLog, String> {
-    if encver != ENCODING_VERSION {
+    if encver != ENCODING_VERSION && encver != ENCODING_VERSION_RUNS {
         return Err(format!(
-            "its encoding version is {encver}, this module reads version {ENCODING_VERSION} (load it with the module version that wrote it, or newer)"
+            "its encoding version is {encver}, this module reads versions {ENCODING_VERSION_RUNS} and {ENCODING_VERSION} (load it with the module version that wrote it, or newer)"
         ));
     }
     let io_error = || unsafe { api!(RedisModule_IsIOError)(rdb) } != 0;
@@ -354,13 +401,21 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<RunLog, String> {
         return Err("the data ends inside the runs".to_string());
     }
     // SAFETY: the server returned `len` bytes it allocated; freed below.
-    let decoded = RunLog::decode(unsafe { std::slice::from_raw_parts(buffer as *const u8, len) });
+    let bytes = unsafe { std::slice::from_raw_parts(buffer as *const u8, len) };
+    let decoded = if encver == ENCODING_VERSION { RunLog::decode(bytes) } else { RunLog::decode_runs(bytes) };
     unsafe { api!(RedisModule_Free)(buffer as *mut c_void) };
-    let log = decoded.map_err(|e| e.to_string())?;
+    let log = decoded.map_err(|e| format!("{e} (encoding version {encver})"))?;
     if log.len() != entries {
         return Err(format!("it says {entries} entries and holds {}", log.len()));
     }
     Ok(log)
+}
+
+/// The varint runs of encoding 1, which the AOF rewrite and DEBUG DIGEST carry.
+fn runs_bytes(log: &RunLog) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    log.encode_runs(&mut bytes);
+    bytes
 }
 
 fn log_io_warning(rdb: *mut raw::RedisModuleIO, message: &str) {
@@ -372,7 +427,7 @@ fn log_io_warning(rdb: *mut raw::RedisModuleIO, message: &str) {
 extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
     guarded((), || {
         // SAFETY: as in rdb_save.
-        let bytes = canonical(unsafe { log_of(value) });
+        let bytes = runs_bytes(&*unsafe { log_of(value) });
         unsafe {
             api!(RedisModule_EmitAOF)(aof, APPLY.as_ptr(), c"scb".as_ptr(), key, c"L".as_ptr(), bytes.as_ptr() as *const c_char, bytes.len())
         };
@@ -383,20 +438,22 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
     guarded(0, || {
         // SAFETY: as in rdb_save.
         let log = unsafe { log_of(value) };
+        let mut total = SERVER_WRAPPER_BYTES;
         // SAFETY: reading the function table; the pointers are live allocations.
-        let usable = |ptr: *const c_void, fallback: usize| match unsafe { raw::RedisModule_MallocSize } {
-            Some(malloc_size) => unsafe { malloc_size(ptr as *mut c_void) },
-            None => fallback,
-        };
-        let heap = log.heap_ptr().map_or(0, |ptr| usable(ptr as *const c_void, log.heap_bytes()));
-        SERVER_WRAPPER_BYTES + usable(value, std::mem::size_of::<RunLog>()) + heap
+        log.allocations(|ptr, size| {
+            total += match unsafe { raw::RedisModule_MallocSize } {
+                Some(malloc_size) => unsafe { malloc_size(ptr as *mut c_void) },
+                None => size,
+            }
+        });
+        total
     })
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guarded((), || {
         // SAFETY: as in rdb_save.
-        let bytes = canonical(unsafe { log_of(value) });
+        let bytes = runs_bytes(&*unsafe { log_of(value) });
         unsafe {
             api!(RedisModule_DigestAddStringBuffer)(md, bytes.as_ptr() as *const c_char as *mut _, bytes.len());
             api!(RedisModule_DigestEndSequence)(md);
@@ -406,37 +463,41 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 
 extern "C" fn free(value: *mut c_void) {
     guarded((), || {
-        // SAFETY: the server frees each value once; it came from Box::into_raw.
-        drop(unsafe { Box::from_raw(value as *mut RunLog) });
+        // SAFETY: the server frees each value once; it came from RunLog::into_raw.
+        drop(unsafe { RunLog::from_raw(value as *mut u8) });
     })
 }
 
-/// Freeing a window is two deallocations whatever its size: never worth a
-/// background thread.
-extern "C" fn free_effort(_key: *mut raw::RedisModuleString, _value: *const c_void) -> usize {
-    2
+/// Freeing a window is one deallocation per block (and its index): a window of
+/// many blocks (more than 64, some 60,000 entries) is freed by the server's
+/// lazy-free thread; `free` touches nothing but the value.
+extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
+    guarded(1, || {
+        let mut allocations = 0;
+        // SAFETY: as in rdb_save.
+        unsafe { log_of(value) }.allocations(|_, _| allocations += 1);
+        allocations
+    })
 }
 
 extern "C" fn copy(_from: *mut raw::RedisModuleString, _to: *mut raw::RedisModuleString, value: *const c_void) -> *mut c_void {
     guarded(ptr::null_mut(), || {
         // SAFETY: as in rdb_save.
         let copied = RunLog::from_runs(unsafe { log_of(value) }.runs());
-        Box::into_raw(Box::new(copied)) as *mut c_void
+        copied.into_raw() as *mut c_void
     })
 }
 
 extern "C" fn defrag(ctx: *mut raw::RedisModuleDefragCtx, _key: *mut raw::RedisModuleString, value: *mut *mut c_void) -> c_int {
     guarded(0, || {
         let defrag_alloc = api!(RedisModule_DefragAlloc);
-        // SAFETY: `*value` is this type's Box<RunLog>; DefragAlloc returns a
-        // copy (and frees the old allocation) or null when it left it alone.
+        // SAFETY: `*value` is this type's RunLog root; DefragAlloc returns a
+        // copy of an allocation (and frees the old one) or null when it left
+        // it alone; the log then records where its blocks and root went.
         unsafe {
-            let moved = defrag_alloc(ctx, *value);
-            if !moved.is_null() {
-                *value = moved;
-            }
-            let log = &mut *(*value as *mut RunLog);
-            log.relocate(|bytes| defrag_alloc(ctx, bytes as *mut c_void) as *mut u8);
+            let mut log = log_of(*value);
+            log.relocate(|ptr| defrag_alloc(ctx, ptr as *mut c_void) as *mut u8);
+            *value = log.as_raw() as *mut c_void;
         }
         0
     })

@@ -3,8 +3,8 @@
 //! A window is stored in one of two forms, side by side:
 //! - [`zset`]: a sorted set, the layout of the article's script and of the
 //!   Lua fallback (`src/lua/`), so deployments move between them freely;
-//! - [`compact`]: the module's own data type `xcloaklog`, the log as runs of
-//!   varint bytes ([`encoding`], pure Rust), a few bytes per request.
+//! - [`compact`]: the module's own data type `xcloaklog`, the log as
+//!   bit-packed blocks of runs ([`encoding`], pure Rust), about a byte per request.
 //!
 //! Both implement [`Log`], so `window.rs` decides the same way over either.
 //! The form applies to keys a call *creates* ([`set_creation_form`], the
@@ -75,7 +75,7 @@ pub fn missing_api() -> Option<&'static str> {
         RedisModule_ReplyWithError, RedisModule_SetModuleOptions, RedisModule_SignalModifiedKey,
         // The compact form (its callbacks run only once its type is registered).
         RedisModule_CreateDataType, RedisModule_ModuleTypeGetType, RedisModule_ModuleTypeGetValue,
-        RedisModule_ModuleTypeSetValue, RedisModule_SaveUnsigned, RedisModule_LoadUnsigned,
+        RedisModule_ModuleTypeSetValue, RedisModule_ModuleTypeReplaceValue, RedisModule_SaveUnsigned, RedisModule_LoadUnsigned,
         RedisModule_SaveStringBuffer, RedisModule_LoadStringBuffer, RedisModule_IsIOError,
         RedisModule_EmitAOF, RedisModule_DigestAddStringBuffer, RedisModule_DigestEndSequence,
         RedisModule_Free, RedisModule_Log, RedisModule_LogIOError,
