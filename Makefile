@@ -6,7 +6,7 @@ PORT    ?= 6379
 CARGO   ?= cargo
 MODULE  := target/release/libxcloak.so
 
-.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix test-valgrind dist dist-check dist-repro test-clients sync-lua
+.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix test-valgrind dist dist-check dist-repro test-clients sync-lua faults faults-ci
 
 deps:
 	@scripts/ensure-deps.sh
@@ -40,6 +40,23 @@ test-clients: build
 # client package; tests/conformance.rs fails when a copy differs.
 sync-lua:
 	@scripts/sync-lua.sh
+
+# The fault harness (tests/faults.rs, docs/operations.md#faults): a primary with two
+# replicas under Sentinel (Debian's redis-sentinel) and a 3+3 cluster, kill -9, SIGSTOP,
+# partitions (network namespaces, `ip netns`: needs root, else those are skipped and
+# the report says why) and forced failovers, both storage forms, plain and durable
+# client modes, then the durable mode's cost per call. Prints the table and writes
+# target/faults/report.md; about 27 minutes. FAULT_REPS (default 3): each fault's count.
+FAULT_REPS ?= 3
+faults: build
+	@scripts/ensure-deps.sh redis-sentinel ip:iproute2
+	XCLOAK_FAULT_REPS=$(FAULT_REPS) $(CARGO) test --test faults -- --ignored faults_full --nocapture --test-threads=1
+
+# Its CI subset (about 2 minutes): durable mode loses nothing acknowledged on kill -9
+# and a forced cluster failover; a partition over-admits in plain mode, not in durable.
+faults-ci: build
+	@scripts/ensure-deps.sh redis-sentinel ip:iproute2
+	$(CARGO) test --test faults -- --ignored faults_ci --nocapture --test-threads=1
 
 # A dev build with the test-only `fault-injection` feature, for tests/panic_safety.rs
 # (copied aside: a plain `cargo test` rebuilds target/debug/libxcloak.so without it).

@@ -2,6 +2,8 @@
 # Installs, from Debian's packages, what building and testing xcloak needs and
 # this machine lacks: libclang (bindgen, at build time), redis-server and
 # redis-tools (the server the tests start, redis-cli, redis-benchmark).
+# Arguments name more commands to have: `redis-sentinel` (its package has the
+# same name), or `command:package` (`ip:iproute2`).
 # Does nothing when everything is present.
 set -euo pipefail
 
@@ -17,7 +19,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-benchmark >/dev/null 2>&1 || need+=(redis-tools)
 for extra in "$@"; do
-    command -v "$extra" >/dev/null 2>&1 || need+=("$extra")
+    command -v "${extra%%:*}" >/dev/null 2>&1 || need+=("${extra#*:}")
 done
 
 if [ ${#need[@]} -gt 0 ]; then

@@ -23,6 +23,7 @@
 mod args;
 mod commands;
 mod config;
+mod eviction;
 mod metadata;
 mod store;
 mod version;
@@ -36,7 +37,7 @@ mod module {
 
     use crate::metadata::{self, CommandDoc};
     use crate::store::{self, compact};
-    use crate::{commands, config};
+    use crate::{commands, config, eviction};
 
     redis_module::redis_module! {
         name: "xcloak",
@@ -98,6 +99,8 @@ mod module {
         if let Err(message) = config::register(ctx.ctx, load_arguments) {
             return refuse(ctx, &message);
         }
+        // Counts and logs evicted windows; warns about the eviction policy.
+        eviction::subscribe(ctx.ctx);
         // A panic is caught at the command boundary (commands.rs) and answered
         // with an error; this puts its message in the server log, where the
         // reply points (the default hook writes to stderr, which --logfile
@@ -121,13 +124,14 @@ mod module {
     /// `INFO xcloak`: the version, counters since load, and the configured bound.
     extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
         use std::sync::atomic::Ordering::Relaxed;
-        let fields: [(&CStr, i64); 7] = [
+        let fields: [(&CStr, i64); 8] = [
             (c"admitted", commands::ADMITTED.load(Relaxed) as i64),
             (c"rejected", commands::REJECTED.load(Relaxed) as i64),
             (c"peeks", commands::PEEKS.load(Relaxed) as i64),
             (c"refunded", commands::REFUNDED.load(Relaxed) as i64),
             (c"converted", commands::CONVERTED.load(Relaxed) as i64),
             (c"errors", commands::ERRORS.load(Relaxed) as i64),
+            (c"evicted", eviction::EVICTED.load(Relaxed) as i64),
             (c"max_limit", commands::MAX_LIMIT.load(Relaxed)),
         ];
         // The form new keys take, and whether the compact type is registered.
@@ -143,6 +147,7 @@ mod module {
             }
             add_text(ctx, c"storage".as_ptr(), storage.as_ptr() as *mut _);
             add_text(ctx, c"compact_type".as_ptr(), compact_type.as_ptr() as *mut _);
+            add_text(ctx, c"evicted_forms".as_ptr(), eviction::counted_forms().as_ptr() as *mut _);
         }
     }
 }

@@ -75,7 +75,8 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         aux_save: None,
         aux_save_triggers: 0,
         free_effort: Some(free_effort),
-        unlink: None,
+        // Names the key for the `evicted` event that follows (eviction.rs).
+        unlink: Some(crate::eviction::compact_unlinked),
         copy: Some(copy),
         defrag: if defrag_api { Some(defrag) } else { None },
         mem_usage2: None,

@@ -81,10 +81,11 @@ impl Cluster {
     /// Same, with a base configuration (module args, persistence, ...).
     pub fn start_with(config: ServerConfig, primaries: usize, replicas_per_primary: usize) -> Cluster {
         assert!(primaries >= 3, "redis-cli --cluster create needs at least 3 primaries");
-        let config = config
-            .arg("cluster-enabled", "yes")
-            .arg("cluster-config-file", "nodes.conf")
-            .arg("cluster-node-timeout", "15000");
+        let mut config = config.arg("cluster-enabled", "yes").arg("cluster-config-file", "nodes.conf");
+        // 15 s (the server's default) unless the caller set it (fault tests fail over faster).
+        if !config.has_arg("cluster-node-timeout") {
+            config = config.arg("cluster-node-timeout", "15000");
+        }
         let total = primaries * (1 + replicas_per_primary);
         let nodes: Vec<Server> = (0..total).map(|_| config.clone().start()).collect();
         let cluster = Cluster { nodes, primaries, replicas_per_primary };

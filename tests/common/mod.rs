@@ -19,7 +19,9 @@ pub use redis;
 use redis::{Connection, RedisResult};
 
 pub mod cluster;
+pub mod netns;
 pub mod resp;
+pub mod sentinel;
 pub mod sequences;
 pub mod stream;
 pub mod valgrind;
@@ -108,11 +110,14 @@ pub struct ServerConfig {
     pub module: bool,
     pub module_args: Vec<String>,
     pub extra: Vec<String>,
+    /// Run inside this network namespace, also bound to this address
+    /// (`in_host`); clients then reach the server there.
+    pub netns: Option<(String, String)>,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { module: true, module_args: Vec::new(), extra: Vec::new() }
+        ServerConfig { module: true, module_args: Vec::new(), extra: Vec::new(), netns: None }
     }
 }
 
@@ -132,6 +137,43 @@ impl ServerConfig {
     pub fn arg(mut self, name: &str, value: &str) -> Self {
         self.extra.push(format!("--{name}"));
         self.extra.push(value.to_string());
+        self
+    }
+    /// The same option with a new value: earlier `--name value` pairs are
+    /// dropped first (so a restart can change an option).
+    pub fn set_arg(mut self, name: &str, value: &str) -> Self {
+        let flag = format!("--{name}");
+        let mut kept = Vec::with_capacity(self.extra.len());
+        let mut words = std::mem::take(&mut self.extra).into_iter();
+        while let Some(word) = words.next() {
+            if word == flag {
+                words.next();
+            } else {
+                kept.push(word);
+            }
+        }
+        self.extra = kept;
+        self.arg(name, value)
+    }
+    /// `--replicaof host port` (as three words: Redis 6.2 refuses the pair
+    /// as one), replacing an earlier one.
+    pub fn replica_of(mut self, host: &str, port: u16) -> Self {
+        if let Some(at) = self.extra.iter().position(|word| word == "--replicaof") {
+            let end = (at + 3).min(self.extra.len());
+            self.extra.drain(at..end);
+        }
+        self.extra.extend(["--replicaof".to_string(), host.to_string(), port.to_string()]);
+        self
+    }
+    /// Whether `--name` is among the extra options.
+    pub fn has_arg(&self, name: &str) -> bool {
+        let flag = format!("--{name}");
+        self.extra.contains(&flag)
+    }
+    /// Runs the server on a host of a `netns::Network` (inside its namespace,
+    /// bound to its address and to that namespace's loopback).
+    pub fn in_host(mut self, host: &netns::Host) -> Self {
+        self.netns = Some((host.ns.clone(), host.addr.clone()));
         self
     }
     pub fn start(self) -> Server {
@@ -160,6 +202,8 @@ impl ServerConfig {
 
 pub struct Server {
     pub port: u16,
+    /// The address clients connect to: 127.0.0.1, or the host's address in a network.
+    pub host: String,
     pub dir: PathBuf,
     pub config: ServerConfig,
     child: Option<Child>,
@@ -193,13 +237,14 @@ impl Server {
         let dir = std::env::temp_dir().join(format!("xcloak-test-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("test directory");
-        Server { port, dir, config, child: None, port_taken: false, valgrind_checked: Vec::new() }
+        let host = config.netns.as_ref().map_or_else(|| "127.0.0.1".to_string(), |(_, addr)| addr.clone());
+        Server { port, host, dir, config, child: None, port_taken: false, valgrind_checked: Vec::new() }
     }
 
     fn command_line(&self) -> Vec<String> {
         let mut args: Vec<String> = vec![
             "--port".into(), self.port.to_string(),
-            "--bind".into(), "127.0.0.1".into(),
+            "--bind".into(), if self.host == "127.0.0.1" { self.host.clone() } else { format!("127.0.0.1 {}", self.host) },
             "--dir".into(), self.dir.display().to_string(),
             "--logfile".into(), "server.log".into(),
             "--save".into(), "".into(),
@@ -225,16 +270,23 @@ impl Server {
     /// The server process, with this server's options, its output discarded
     /// (the log goes to `server.log` in its directory).
     fn spawn(&self) -> Child {
-        let mut command = match valgrind::log_dir() {
-            Some(dir) => {
-                valgrind::check_server_binary(&server_binary());
-                std::fs::create_dir_all(&dir).expect("valgrind log directory");
-                let mut command = Command::new("valgrind");
-                command.args(valgrind::command(&dir, self.port)).arg(server_binary());
-                command
-            }
-            None => Command::new(server_binary()),
-        };
+        // The program and the arguments before the server's own: valgrind
+        // (make test-valgrind) and `ip netns exec` (which execs what follows:
+        // the child's pid is the server's) wrap it.
+        let mut program = vec![server_binary()];
+        if let Some(dir) = valgrind::log_dir() {
+            valgrind::check_server_binary(&server_binary());
+            std::fs::create_dir_all(&dir).expect("valgrind log directory");
+            program = std::iter::once("valgrind".to_string())
+                .chain(valgrind::command(&dir, self.port))
+                .chain(program)
+                .collect();
+        }
+        if let Some((ns, _)) = &self.config.netns {
+            program = ["ip", "netns", "exec", ns.as_str()].into_iter().map(String::from).chain(program).collect();
+        }
+        let mut command = Command::new(&program[0]);
+        command.args(&program[1..]);
         command
             .args(self.command_line())
             .current_dir(&self.dir)
@@ -303,12 +355,48 @@ impl Server {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://{}:{}/", self.host, self.port)
+    }
+
+    /// `host:port`, as Sentinel and the cluster name this node.
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGSTOP`, `libc::SIGCONT`) to the server.
+    pub fn signal(&self, signal: i32) {
+        let pid = self.pid().expect("the server runs");
+        // SAFETY: kill(2) on our own child's pid.
+        let status = unsafe { libc::kill(pid as i32, signal) };
+        assert_eq!(status, 0, "kill -{signal} {pid}: {}", std::io::Error::last_os_error());
+    }
+
+    /// `kill -9`: the process dies at once, nothing is flushed or sent.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again (after `kill9` or `stop`), same port and
+    /// directory, with its current `config` (which the caller may change).
+    pub fn relaunch(&mut self) {
+        assert!(self.child.is_none(), "the server on {} still runs", self.port);
+        self.launch();
     }
 
     fn try_client(&self) -> RedisResult<Connection> {
         let client = redis::Client::open(self.url())?;
         client.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    /// A connection, or `None` if the server does not answer (killed, stopped, cut off).
+    pub fn try_connect(&self) -> Option<Connection> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let conn = client.get_connection_with_timeout(Duration::from_millis(500)).ok()?;
+        conn.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        Some(conn)
     }
 
     pub fn client(&self) -> Connection {
