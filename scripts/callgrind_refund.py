@@ -1,115 +1,87 @@
 #!/usr/bin/env python3
-"""Instructions per XCLOAK.REFUND on compact windows of 10 to 1,000,000 entries,
+"""Instructions per XCLOAK.REFUND on windows of 10 to 1,000,000 entries,
 under callgrind: the repeatable companion of make bench's section 9, whose
 usec_per_call moves by tens of percent on a loaded machine.
 
-Usage: python3 scripts/callgrind_refund.py [path/to/libxcloak.so] [compact|zset]   (needs valgrind)
+Usage: python3 scripts/callgrind_refund.py [compact|zset]   (needs valgrind;
+XCLOAK_MODULE / XCLOAK_SERVER as for scripts/bench.py)
 
-Each window holds lone entries 1,000 ms apart (window 10^12 ms). They are built
-on a plain server with the module (STORAGE compact), DUMPed and RESTOREd into a
-server under valgrind --tool=callgrind that collects only inside the REFUND
-handler (--toggle-collect). Per size, 200 times each:
+One server under valgrind --tool=callgrind (bench.Server), the windows in the
+given form, each holding lone entries 1,000 ms apart (window 10^12 ms). Per
+size, 200 times each:
 - newest: REFUND of the newest stamp, then the ALLOW ... NOW that puts it back;
 - middle: REFUND of a stamp near the middle (all distinct), then its ALLOW.
-It prints the handler's instructions per REFUND and how many refunds removed an
-entry (all must: a refund that finds nothing costs less and would flatter the
-figure)."""
-import os, re, socket, subprocess, sys, time, random
-FORM = sys.argv[2] if len(sys.argv) > 2 else "compact"
-MOD = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target/release/libxcloak.so")
-SIZES = [10, 1000, 100_000, 1_000_000]
-CALLS = 200
-BASE = 1_700_000_000_000
-W = 10 ** 12
-
-def enc(*a):
-    out = b"*%d\r\n" % len(a)
-    for x in a:
-        x = x if isinstance(x, bytes) else str(x).encode()
-        out += b"$%d\r\n%s\r\n" % (len(x), x)
-    return out
-
-class C:
-    def __init__(s, port):
-        for _ in range(600):
-            try:
-                s.s = socket.create_connection(("127.0.0.1", port)); break
-            except OSError: time.sleep(0.1)
-        s.f = s.s.makefile("rb")
-    def reply(s):
-        l = s.f.readline(); t = l[:1]; b = l[1:-2]
-        if t == b"+": return b.decode()
-        if t == b"-": raise RuntimeError(b.decode())
-        if t == b":": return int(b)
-        if t == b"$":
-            n = int(b)
-            if n < 0: return None
-            d = s.f.read(n + 2); return d[:-2]
-        if t == b"*":
-            return [s.reply() for _ in range(int(b))]
-    def pipe(s, cmds):
-        n = 0; buf = []
-        for c in cmds:
-            buf.append(c); n += 1
-            if len(buf) >= 1000:
-                s.s.sendall(b"".join(buf)); buf = []
-        if buf: s.s.sendall(b"".join(buf))
-        return [s.reply() for _ in range(n)]
-    def cmd(s, *a): return s.pipe([enc(*a)])[0]
-
-def free_port():
-    """A free loopback port in 10000..22767 (the tests' range: below the ephemeral ports)."""
-    while True:
-        port = random.randint(10000, 22767)
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-
-
-def server(port, wrap=()):
-    return subprocess.Popen(list(wrap) + ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no",
-        "--loadmodule", MOD, "STORAGE", FORM], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-port = free_port()
-p1 = server(port)
-c = C(port)
-dumps = {}
-for n in SIZES:
-    k = "k%d" % n
-    c.pipe(enc("XCLOAK.ALLOW", k, W, 10**6, "NOW", BASE + i * 1000) for i in range(n))
-    dumps[n] = c.cmd("DUMP", k)
-p1.kill()
+It prints the REFUND handler's inclusive instructions per call, and checks
+with INFO xcloak's `refunded` that every refund removed an entry (a refund
+that finds nothing costs less and would flatter the figure).
+"""
+import os
+import subprocess
+import sys
 import tempfile
-TMP = tempfile.mkdtemp(prefix="xcloak-callgrind-refund-")
-out = os.path.join(TMP, "cg.out")
-port = free_port()
-p2 = server(port, ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, "--collect-atstart=no",
-                    "--toggle-collect=*commands*refund*"])
-c = C(port)
-c.cmd("PING")
-print("%s: entries  newest(instr/call)  middle(instr/call)" % FORM)
-for n in SIZES:
-    k = "k%d" % n
-    c.cmd("RESTORE", k, 0, dumps[n])
-    res = []
-    for kind in ("newest", "middle"):
-        subprocess.run(["callgrind_control", "-z", str(p2.pid)], capture_output=True, check=True)
-        cmds = []
-        for j in range(CALLS):
-            if kind == "newest":
-                t = BASE + (n - 1) * 1000
-                cmds.append(enc("XCLOAK.REFUND", k, t)); cmds.append(enc("XCLOAK.ALLOW", k, W, 10**6, "NOW", t))
-            else:
-                t = BASE + (n // 2 + j - CALLS // 2 if n > CALLS else j % n) * 1000
-                cmds.append(enc("XCLOAK.REFUND", k, t)); cmds.append(enc("XCLOAK.ALLOW", k, W, 10**6, "NOW", t))
-        r = c.pipe(cmds)
-        subprocess.run(["callgrind_control", "-d", "%s-%d" % (kind, n), str(p2.pid)], capture_output=True, check=True)
-        time.sleep(0.5)
-        dump = sorted([f for f in os.listdir(TMP) if f.startswith("cg.out")], key=lambda f: os.path.getmtime(os.path.join(TMP, f)))[-1]
-        txt = subprocess.run(["callgrind_annotate", os.path.join(TMP, dump)], capture_output=True, text=True).stdout
-        m = re.search(r"([\d,]+).*PROGRAM TOTALS", txt)
-        total = int(m.group(1).replace(",", ""))
-        refunded = sum(1 for i, x in enumerate(r) if (i % 2 == 0) and x == 1)
-        res.append("%d (%d of %d refunded)" % (total // CALLS, refunded, CALLS))
-    print("%9d  %s  %s" % (n, res[0], res[1]))
-p2.kill()
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+import callgrind  # noqa: E402
+
+SIZES = (10, 1_000, 100_000, 1_000_000)
+CALLS = 200
+BASE_MS = 1_700_000_000_000
+WINDOW_MS = 10 ** 12
+LIMIT = 1_000_000
+HANDLER = "xcloak::commands::refund"
+
+
+def allow(key, stamp):
+    return bench.encode("XCLOAK.ALLOW", key, WINDOW_MS, LIMIT, "NOW", stamp)
+
+
+def refunded(server):
+    return int(server.client.info("xcloak")["xcloak_refunded"])
+
+
+def measure(server, out_dir, dumps, key, stamps):
+    """Instructions per REFUND of each of `stamps` (each put back after)."""
+    before = refunded(server)
+    subprocess.run(["callgrind_control", "-z", str(server.proc.pid)], capture_output=True, check=True)
+    server.pipe(c for stamp in stamps for c in (bench.encode("XCLOAK.REFUND", key, stamp), allow(key, stamp)))
+    subprocess.run(["callgrind_control", "-d", "m%d" % dumps, str(server.proc.pid)], capture_output=True, check=True)
+    dump = None
+    deadline = time.time() + 120
+    while dump is None and time.time() < deadline:
+        found = [f for f in os.listdir(out_dir) if f.startswith("cg.out.")]
+        if len(found) >= dumps:
+            dump = os.path.join(out_dir, max(found, key=lambda f: int(f.rsplit(".", 1)[1])))
+        time.sleep(0.2)
+    time.sleep(1)
+    removed = refunded(server) - before
+    assert removed == len(stamps), "%d of %d refunds removed an entry" % (removed, len(stamps))
+    return callgrind.inclusive(dump, HANDLER) // len(stamps)
+
+
+def main():
+    form = sys.argv[1] if len(sys.argv) > 1 else "compact"
+    out_dir = tempfile.mkdtemp(prefix="xcloak-callgrind-refund-")
+    wrapper = ["valgrind", "--tool=callgrind", "--callgrind-out-file=%s/cg.out" % out_dir]
+    server = bench.Server(wrapper=wrapper, storage=form, cell=False)
+    try:
+        print("%s: entries  newest (instructions/call)  middle (instructions/call)" % form)
+        dumps = 0
+        for n in SIZES:
+            key = "refund:%d" % n
+            server.pipe(allow(key, BASE_MS + i * 1000) for i in range(n))
+            newest = [BASE_MS + (n - 1) * 1000] * CALLS
+            middle = [BASE_MS + ((n // 2 + j - CALLS // 2) if n > CALLS else j % n) * 1000 for j in range(CALLS)]
+            dumps += 1
+            a = measure(server, out_dir, dumps, key, newest)
+            dumps += 1
+            b = measure(server, out_dir, dumps, key, middle)
+            print("%9d  %d  %d" % (n, a, b))
+            server.client.call("DEL", key)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
