@@ -589,7 +589,15 @@ fn the_inline_capacity_boundary() {
         both(&mut z, &mut c, &allow(BASE_NOW + size, HOUR));
         let one_more = memory(&mut c, &key);
         assert_eq!(both(&mut z, &mut c, &refund(BASE_NOW + size)), redis::Value::Int(1));
-        assert_eq!(memory(&mut c, &key), at_size, "{key}: back to one block after the refund");
+        let after_refund = memory(&mut c, &key);
+        if size > CAPACITY {
+            // The newest block of a large window is allocated at its full
+            // size (it fills); a refund that leaves it mostly empty gives
+            // the room back.
+            assert!(after_refund <= at_size, "{key}: {after_refund} B after the refund, {at_size} B before the admission");
+        } else {
+            assert_eq!(after_refund, at_size, "{key}: back to one block after the refund");
+        }
         same_entries(&mut z, &mut c, "after the refund of the newest");
         if size == CAPACITY {
             assert!(one_more > at_size + 100, "{key}: {one_more} B with one more entry, {at_size} B before: no index");

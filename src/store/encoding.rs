@@ -106,6 +106,18 @@ const INDEXED: Limits = Limits { runs: 256, bytes: 256 };
 /// to rounding. A block's header names its class, so it knows its size.
 const SIZE_CLASSES: [usize; 20] = [16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024];
 
+/// `SIZE_CLASSES` indexed by a header's 5-bit class field, read with no
+/// bounds check (the classes a header never holds read 0).
+const CLASS_SIZE: [usize; 32] = {
+    let mut sizes = [0; 32];
+    let mut i = 0;
+    while i < SIZE_CLASSES.len() {
+        sizes[i] = SIZE_CLASSES[i];
+        i += 1;
+    }
+    sizes
+};
+
 const HEADER_BYTES: usize = 16;
 /// Bit positions count from the block's first byte: its data starts here.
 const DATA_BITS: usize = HEADER_BYTES * 8;
@@ -129,7 +141,7 @@ const TAG_LARGE: u64 = 1;
 /// after it: starting at the byte of `pos`, or at the last 8 bytes of `data`
 /// near its end. Returns the window's first byte and the field's shift in it.
 /// `data` holds at least 8 bytes (a block's header does) and the field.
-#[inline]
+#[inline(always)]
 fn window_of(data: &[u8], pos: usize) -> (usize, usize) {
     let byte = pos / 8;
     if byte + 8 <= data.len() {
@@ -141,7 +153,7 @@ fn window_of(data: &[u8], pos: usize) -> (usize, usize) {
 }
 
 /// The `width` (<= 57) bits at bit `pos` of `data` (see `window_of`).
-#[inline]
+#[inline(always)]
 fn get_bits(data: &[u8], pos: usize, width: u32) -> u64 {
     if width == 0 {
         return 0;
@@ -154,7 +166,7 @@ fn get_bits(data: &[u8], pos: usize, width: u32) -> u64 {
 }
 
 /// Writes `value` (< 2^width, width <= 57) at bit `pos`, keeping every other bit.
-#[inline]
+#[inline(always)]
 fn set_bits(data: &mut [u8], pos: usize, width: u32, value: u64) {
     if width == 0 {
         return;
@@ -171,7 +183,7 @@ fn set_bits(data: &mut [u8], pos: usize, width: u32, value: u64) {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn mask(width: u32) -> u64 {
     if width >= 64 {
         u64::MAX
@@ -181,7 +193,7 @@ fn mask(width: u32) -> u64 {
 }
 
 /// Bits needed for `value` (0 for 0).
-#[inline]
+#[inline(always)]
 fn width_of(value: u64) -> u32 {
     64 - value.leading_zeros()
 }
@@ -420,6 +432,15 @@ impl Block {
         block
     }
 
+    /// A new newest block of a large window: one run, allocated at the
+    /// largest size such a block fills to (as it will: admissions land there),
+    /// so that it is not re-allocated as it fills.
+    fn newest_of_large(stamp_ms: i64, count: u64) -> Block {
+        let mut block = Block::alloc(class_for(INDEXED.bytes).unwrap());
+        block.reset_to(stamp_ms, count);
+        block
+    }
+
     fn free(self) {
         // SAFETY: allocated by `alloc`/`realloc` with this layout; freed once.
         unsafe { dealloc(self.0.as_ptr(), block_layout(self.header().class)) };
@@ -484,12 +505,14 @@ impl Block {
     }
 
     fn last_ms(&self) -> i64 {
-        self.header().last_ms()
+        let (w0, w1) = (self.word0(), self.word1());
+        (w0 & STAMP_MASK) as i64 + (w1 >> 24) as i64
     }
 
     /// Runs not trimmed (0: the block is empty).
     fn live_runs(&self) -> u32 {
-        self.header().live()
+        let w1 = self.word1();
+        (((w1 >> 6) & 2047) - ((w1 >> 17) & 127)) as u32
     }
 
     fn entries(&self) -> u64 {
@@ -534,7 +557,7 @@ impl Block {
     }
 
     /// Shifts the dead slots out: the first live run becomes slot 0.
-    fn compact(&mut self) {
+    fn compact(&self) {
         let header = self.header();
         if header.dead == 0 {
             return;
@@ -605,25 +628,57 @@ impl Block {
         self.set_entries(&header, entries);
     }
 
-    /// Appends a run later than the block's last; false (nothing changed but
-    /// dead slots shifted out) if the block is full: runs, bytes or span.
-    fn try_append(&mut self, stamp_ms: i64, count: u64, limits: Limits) -> bool {
-        // The common case, read and written as header words: a lone entry
-        // into a block of lone entries, whose gap fits and which has room.
+    /// The common admission, read and written as header words: a run later
+    /// than the block's last whose gap and count fit the block's widths, into
+    /// a block with room (no dead slot to shift out, no allocation). False,
+    /// with nothing changed, when any of that does not hold.
+    #[inline(always)]
+    fn try_append_in_place(&self, stamp_ms: i64, count: u64, limits: Limits) -> bool {
         let (w0, w1) = (self.word0(), self.word1());
         let (runs, dead) = (((w1 >> 6) & 2047) as u32, ((w1 >> 17) & 127) as u32);
         let (dw, cw, span) = (((w0 >> 53) & 63) as u32, (w0 >> 59) as u32, w1 >> 24);
-        if count == 1 && cw == 0 && runs > dead && runs < limits.runs {
-            let gap = (stamp_ms - (w0 & STAMP_MASK) as i64 - span as i64) as u64;
-            let slots = Slots { dw, cw: 0 };
-            let size = SIZE_CLASSES[((w1 >> 1) & 31) as usize];
-            if width_of(gap - 1) <= dw && span + gap <= MAX_SPAN && slots.bytes(runs + 1) <= size {
-                // SAFETY: the block is a live allocation of `size` initialised bytes.
-                let data = unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), size) };
-                set_bits(data, slots.gap_pos(runs), dw, gap - 1);
-                self.set_words(w0, w1 + (1 << 6) + (gap << 24));
-                return true;
+        let gap = stamp_ms - (w0 & STAMP_MASK) as i64 - span as i64;
+        if gap <= 0 || runs == dead {
+            return false;
+        }
+        let gap = gap as u64;
+        if (gap - 1) >> dw != 0 || (count - 1) >> cw != 0 || span + gap > MAX_SPAN {
+            return false;
+        }
+        let size = CLASS_SIZE[((w1 >> 1) & 31) as usize];
+        // Slot i's gap starts at `gaps + (i - 1) * slot_bits` (`Slots::gap_pos`).
+        let slot_bits = (dw + cw) as usize;
+        let gaps = if cw > 0 { DATA_BITS + (ENTRIES_BITS + cw) as usize } else { DATA_BITS };
+        let mut pos = gaps + (runs as usize - 1) * slot_bits;
+        let mut w1 = w1;
+        if runs >= limits.runs || pos + slot_bits > size * 8 {
+            // Full, but for the room of trimmed runs: shifted out first (a
+            // window at its limit that trims one run and adds one).
+            let live = runs - dead;
+            pos = gaps + (live as usize - 1) * slot_bits;
+            if dead == 0 || live >= limits.runs || pos + slot_bits > size * 8 {
+                return false;
             }
+            self.compact();
+            w1 = self.word1();
+        }
+        // SAFETY: the block is a live allocation of `size` initialised bytes.
+        let data = unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), size) };
+        set_bits(data, pos, dw, gap - 1);
+        if cw > 0 {
+            set_bits(data, pos + dw as usize, cw, count - 1);
+            let entries = get_bits(data, DATA_BITS, ENTRIES_BITS) + count;
+            set_bits(data, DATA_BITS, ENTRIES_BITS, entries);
+        }
+        self.set_words(w0, w1 + (1 << 6) + (gap << 24));
+        true
+    }
+
+    /// Appends a run later than the block's last; false (nothing changed but
+    /// dead slots shifted out) if the block is full: runs, bytes or span.
+    fn try_append(&mut self, stamp_ms: i64, count: u64, limits: Limits) -> bool {
+        if self.try_append_in_place(stamp_ms, count, limits) {
+            return true;
         }
         let mut header = self.header();
         if header.live() == 0 {
@@ -651,7 +706,13 @@ impl Block {
             self.widen(to);
             header = self.header();
         } else if bytes > SIZE_CLASSES[header.class as usize] {
-            self.resize(class_for(bytes).expect("a block never exceeds BLOCK_BYTES"));
+            // An inline window takes the smallest class that holds it (its
+            // memory is the claim); a block of a large window, which fills,
+            // grows by half at least, in fewer moves. Under 2x, so that the
+            // block is never oversized (`shrink_if_oversized`) right after.
+            let size = SIZE_CLASSES[header.class as usize];
+            let want = if limits == INDEXED { bytes.max(size * 3 / 2).min(limits.bytes) } else { bytes };
+            self.resize(class_for(want).expect("a block never exceeds BLOCK_BYTES"));
             header.class = self.header().class;
         }
         // The common case from here: one header read, two fields and one header written.
@@ -743,10 +804,60 @@ impl Block {
         }
     }
 
+    /// The common trim, read and written as header words: nothing expired, or
+    /// some runs of lone entries (no count bits) that become dead slots, the
+    /// block keeping a live run and at most MAX_DEAD dead ones. Returns how
+    /// many entries went, or None, with nothing changed, for any other case.
+    #[inline(always)]
+    fn trim_in_place(&self, cutoff_ms: i64) -> Option<u64> {
+        let w0 = self.word0();
+        let first_ms = (w0 & STAMP_MASK) as i64;
+        if first_ms > cutoff_ms {
+            return Some(0);
+        }
+        let w1 = self.word1();
+        let (runs, dead, span) = (((w1 >> 6) & 2047) as u32, ((w1 >> 17) & 127) as u32, w1 >> 24);
+        let last_ms = first_ms + span as i64;
+        if w0 >> 59 != 0 || runs == dead || last_ms <= cutoff_ms {
+            return None;
+        }
+        // The expired runs, from the first live one; the last run is live.
+        let dw = ((w0 >> 53) & 63) as u32;
+        // SAFETY: the block is a live allocation of its class's size, initialised.
+        let data = unsafe { std::slice::from_raw_parts(self.0.as_ptr(), CLASS_SIZE[((w1 >> 1) & 31) as usize]) };
+        let (mut slot, mut stamp_ms) = (dead, first_ms);
+        let mut pos = DATA_BITS + dead as usize * dw as usize;
+        loop {
+            slot += 1;
+            stamp_ms += get_bits(data, pos, dw) as i64 + 1;
+            pos += dw as usize;
+            if stamp_ms > cutoff_ms {
+                break;
+            }
+        }
+        if slot > MAX_DEAD {
+            return None;
+        }
+        // The first stamp, the dead mark and the span change; tag, class and slots stay.
+        let w0 = (w0 & !STAMP_MASK) | stamp_ms as u64;
+        let w1 = (w1 & ((1 << 17) - 1)) | u64::from(slot) << 17 | ((last_ms - stamp_ms) as u64) << 24;
+        self.set_words(w0, w1);
+        Some(u64::from(slot - dead))
+    }
+
     /// Removes every entry stamped `<= cutoff_ms`; returns how many went. The
     /// block may be left empty (no live runs).
+    #[inline(always)]
     fn trim(&mut self, cutoff_ms: i64) -> u64 {
-        // Nothing expired, the common case: one word of the header read.
+        match self.trim_in_place(cutoff_ms) {
+            Some(removed) => removed,
+            None => self.trim_slow(cutoff_ms),
+        }
+    }
+
+    /// `trim` for every case.
+    #[inline(never)]
+    fn trim_slow(&mut self, cutoff_ms: i64) -> u64 {
         if self.first_ms() > cutoff_ms {
             return 0;
         }
@@ -762,8 +873,7 @@ impl Block {
         }
         // The expired runs, from the first live one; the last run is live.
         let slots = header.layout();
-        // SAFETY: the block is a live allocation of its class's size, initialised.
-        let data = unsafe { std::slice::from_raw_parts(self.0.as_ptr(), SIZE_CLASSES[header.class as usize]) };
+        let data = self.bytes();
         let (mut slot, mut stamp_ms, mut removed) = (header.dead, header.first_ms, 0u64);
         loop {
             removed += get_bits(data, slots.count_pos(slot), slots.cw) + 1;
@@ -1010,9 +1120,13 @@ impl Large {
     }
 
     fn words(&self) -> [u64; 4] {
-        // SAFETY: the root is a live allocation of at least 32 bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(self.0.as_ptr(), LARGE_HEADER) };
-        std::array::from_fn(|i| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap()))
+        // SAFETY: the root is a live allocation of at least 32 bytes, 8-aligned.
+        std::array::from_fn(|i| u64::from_le(unsafe { std::ptr::read((self.0.as_ptr() as *const u64).add(i)) }))
+    }
+
+    fn entries_word(&self) -> u64 {
+        // SAFETY: as in `words`.
+        u64::from_le(unsafe { std::ptr::read(self.0.as_ptr() as *const u64) })
     }
 
     fn set_head(&self, entries: u64, head: u32, len: u32, capacity: u32) {
@@ -1025,7 +1139,7 @@ impl Large {
     }
 
     fn entries(&self) -> u64 {
-        self.words()[0]
+        self.entries_word()
     }
 
     fn range(&self) -> (u32, u32, u32) {
@@ -1086,6 +1200,20 @@ impl Large {
             self.0 = ptr;
             self.set_head(entries, head, len, grown);
         }
+    }
+
+    /// `Block::try_append_in_place` on the newest block, counted in the index.
+    #[inline(always)]
+    fn try_append_in_place(&self, stamp_ms: i64, cost: u64) -> bool {
+        let (_, len, _) = self.range();
+        // SAFETY: a large root has at least one live block, the last at `len - 1`.
+        let r = unsafe { &mut *self.refs_ptr().add(len as usize - 1) };
+        if !r.block.try_append_in_place(stamp_ms, cost, INDEXED) {
+            return false;
+        }
+        r.entries += cost as u32;
+        self.set_entries(self.entries() + cost);
+        true
     }
 
     /// Appends a block (its entries are added by the caller).
@@ -1371,8 +1499,12 @@ impl RunLog {
                 self.set_root(Root::Inline(Block::alloc(0)));
             }
             1 => {
-                let block = large.refs()[0].block;
+                // The newest block of a large window was allocated at its
+                // full size (`newest_of_large`): an inline window takes no
+                // more than it needs.
+                let mut block = large.refs()[0].block;
                 large.free();
+                block.shrink_if_oversized();
                 self.set_root(Root::Inline(block));
             }
             _ => self.set_root(Root::Large(large)),
@@ -1468,6 +1600,65 @@ impl RunLog {
                 removed
             }
         }
+    }
+
+    /// `trim` for every case.
+    #[inline(never)]
+    fn trim_slow(&mut self, cutoff_ms: i64) -> u64 {
+        match self.root() {
+            None => 0,
+            Some(Root::Inline(mut block)) => {
+                let removed = block.trim(cutoff_ms);
+                self.set_root(Root::Inline(block));
+                removed
+            }
+            Some(Root::Large(large)) => self.trim_large(large, cutoff_ms),
+        }
+    }
+
+    /// `trim` of a large window, for every case.
+    fn trim_large(&mut self, mut large: Large, cutoff_ms: i64) -> u64 {
+        if large.refs()[0].first_ms > cutoff_ms {
+            return 0;
+        }
+        let refs = large.refs();
+        // Whole blocks whose successor starts at or before the cutoff
+        // are all expired; the last block is always kept (maybe emptied).
+        let mut gone = 0;
+        let mut removed = 0u64;
+        while gone + 1 < refs.len() && refs[gone + 1].first_ms <= cutoff_ms {
+            removed += u64::from(refs[gone].entries);
+            refs[gone].block.free();
+            gone += 1;
+        }
+        if gone > 0 {
+            large.drop_front(gone as u32, removed);
+        }
+        let r = &mut large.refs()[0];
+        let mut block = r.block;
+        let trimmed = block.trim(cutoff_ms);
+        if trimmed == 0 && gone == 0 {
+            return 0;
+        }
+        if trimmed > 0 {
+            r.block = block;
+            r.first_ms = block.first_ms();
+            r.entries -= trimmed as u32;
+            large.set_entries(large.entries() - trimmed);
+            if block.live_runs() > 0 {
+                // The common case: one block trimmed, none freed.
+                if gone > 0 {
+                    self.collapse_if_single(large);
+                }
+                return removed + trimmed;
+            }
+        }
+        if block.live_runs() == 0 && large.refs().len() > 1 {
+            block.free();
+            large.drop_front(1, 0);
+        }
+        self.collapse_if_single(large);
+        removed + trimmed
     }
 
     fn remove_by_rewrite(&mut self, at: usize, stamp_ms: i64, count: u64) -> u64 {
@@ -1660,51 +1851,32 @@ impl Log for RunLog {
     }
 
     fn trim(&mut self, cutoff_ms: i64) -> u64 {
+        // The common cases: nothing expired, or the oldest block trimmed in place.
         match self.root() {
-            None => 0,
-            Some(Root::Inline(mut block)) => {
-                let removed = block.trim(cutoff_ms);
-                self.set_root(Root::Inline(block));
-                removed
+            None => return 0,
+            Some(Root::Inline(block)) => {
+                if let Some(removed) = block.trim_in_place(cutoff_ms) {
+                    return removed;
+                }
             }
-            Some(Root::Large(mut large)) => {
+            Some(Root::Large(large)) => {
                 let refs = large.refs();
                 if refs[0].first_ms > cutoff_ms {
                     return 0;
                 }
-                // Whole blocks whose successor starts at or before the cutoff
-                // are all expired; the last block is always kept (maybe emptied).
-                let mut gone = 0;
-                let mut removed = 0u64;
-                while gone + 1 < refs.len() && refs[gone + 1].first_ms <= cutoff_ms {
-                    removed += u64::from(refs[gone].entries);
-                    refs[gone].block.free();
-                    gone += 1;
+                if refs[1].first_ms > cutoff_ms {
+                    let r = &mut refs[0];
+                    if let Some(trimmed) = r.block.trim_in_place(cutoff_ms) {
+                        r.first_ms = r.block.first_ms();
+                        r.entries -= trimmed as u32;
+                        large.set_entries(large.entries() - trimmed);
+                        return trimmed;
+                    }
                 }
-                if gone > 0 {
-                    large.drop_front(gone as u32, removed);
-                }
-                let r = &mut large.refs()[0];
-                let mut block = r.block;
-                let trimmed = block.trim(cutoff_ms);
-                if trimmed > 0 {
-                    r.block = block;
-                    r.first_ms = block.first_ms();
-                    r.entries -= trimmed as u32;
-                    large.set_entries(large.entries() - trimmed);
-                }
-                if block.live_runs() == 0 && large.refs().len() > 1 {
-                    block.free();
-                    large.drop_front(1, 0);
-                }
-                if gone > 0 || trimmed > 0 {
-                    self.collapse_if_single(large);
-                }
-                removed + trimmed
             }
         }
+        self.trim_slow(cutoff_ms)
     }
-
     fn nth_live(&self, cutoff_ms: i64, n: u64) -> Option<i64> {
         if n == 0 {
             return None;
@@ -1745,9 +1917,22 @@ impl Log for RunLog {
     }
 
     fn record(&mut self, now_ms: i64, cost: u64) {
-        if cost == 0 {
-            return;
+        // The common case: appended where the newest run is, in place.
+        let done = match self.root() {
+            Some(Root::Inline(block)) => block.try_append_in_place(now_ms, cost, INLINE),
+            Some(Root::Large(large)) => large.try_append_in_place(now_ms, cost),
+            None => false,
+        };
+        if !done && cost > 0 {
+            self.record_slow(now_ms, cost);
         }
+    }
+}
+
+impl RunLog {
+    /// `record` for every case.
+    #[inline(never)]
+    fn record_slow(&mut self, now_ms: i64, cost: u64) {
         match self.root() {
             None => self.set_root(Root::Inline(Block::with_run(now_ms, cost))),
             Some(Root::Inline(mut block)) => {
@@ -1759,7 +1944,7 @@ impl Log for RunLog {
                     if block.try_append(now_ms, cost, INLINE) {
                         self.set_root(Root::Inline(block));
                     } else {
-                        self.set_root(Root::Large(Large::new(&[block, Block::with_run(now_ms, cost)])));
+                        self.set_root(Root::Large(Large::new(&[block, Block::newest_of_large(now_ms, cost)])));
                     }
                 } else if now_ms == header.last_ms() {
                     if block.try_add_to_last(cost) {
@@ -1787,7 +1972,7 @@ impl Log for RunLog {
                     self.set_root(Root::Large(large));
                 } else if now_ms > last_ms {
                     *r = BlockRef::of(block);
-                    large.push(Block::with_run(now_ms, cost));
+                    large.push(Block::newest_of_large(now_ms, cost));
                     large.set_entries(large.entries() + cost);
                     self.set_root(Root::Large(large));
                 } else {
@@ -2233,6 +2418,65 @@ mod tests {
         assert_eq!(canonical(&log), canonical(&RunLog::from_runs(log.runs().collect::<Vec<_>>())));
     }
 
+    /// Every index entry agrees with its block, and the root's count with
+    /// the index; every block has a live run, and its size class holds it.
+    fn assert_consistent(log: &RunLog) {
+        let check = |block: Block| {
+            let header = block.header();
+            assert!(header.dead <= MAX_DEAD && header.dead <= header.runs, "{header:?}");
+            assert!(header.layout().bytes(header.runs) <= block.size(), "{header:?}");
+            let runs: Vec<(i64, u64)> = block.runs().collect();
+            assert_eq!(runs.len() as u32, header.live());
+            if let (Some(first), Some(last)) = (runs.first(), runs.last()) {
+                assert_eq!((first.0, last.0), (header.first_ms, header.last_ms()));
+            }
+            assert_eq!(runs.iter().map(|r| r.1).sum::<u64>(), block.entries());
+        };
+        match log.root() {
+            None => {}
+            Some(Root::Inline(block)) => check(block),
+            Some(Root::Large(large)) => {
+                assert!(large.refs().len() >= 2);
+                for r in large.refs() {
+                    check(r.block);
+                    assert!(r.block.live_runs() > 0);
+                    assert_eq!((r.first_ms, u64::from(r.entries)), (r.block.first_ms(), r.block.entries()));
+                }
+                assert_eq!(large.entries(), large.refs().iter().map(|r| u64::from(r.entries)).sum::<u64>());
+            }
+        }
+    }
+
+    /// What `XCLOAK.ALLOW` does to a window at its limit, call after call:
+    /// one run trimmed, one added (in place, the hot path), at sizes around
+    /// every boundary (a class, MAX_DEAD, the inline capacity, a block of a
+    /// large window), with lone entries and with runs of several; the log
+    /// stays exactly the reference's and consistent throughout.
+    #[test]
+    fn a_window_at_its_limit_trims_one_and_adds_one() {
+        for size in [1i64, 2, 10, 12, 127, 128, 129, 300, 1023, 1024, 1025, 3000] {
+            for (step_ms, cost) in [(1000, 1), (1, 1), (7, 3), (70_000, 1)] {
+                let mut ours = RunLog::default();
+                let mut reference = VecLog::default();
+                let window = size * step_ms;
+                for i in 0..size + 600 {
+                    let now = T + i * step_ms;
+                    let cutoff = now - window;
+                    assert_eq!(ours.trim(cutoff), reference.trim(cutoff), "size {size} step {step_ms} call {i}");
+                    ours.record(now, cost as u64);
+                    reference.record(now, cost as u64);
+                    assert_eq!(ours.len(), reference.len());
+                    assert_eq!(ours.newest(), reference.newest());
+                    if i % 37 == 0 || i >= size + 590 {
+                        assert_eq!(stamps(&ours), reference.0, "size {size} step {step_ms} call {i}");
+                        assert_consistent(&ours);
+                    }
+                }
+                assert_eq!(canonical(&ours), canonical(&RunLog::from_runs(ours.runs().collect::<Vec<_>>())));
+            }
+        }
+    }
+
     #[test]
     fn remove_at_takes_only_that_stamp_and_at_most_count() {
         let mut log = RunLog::default();
@@ -2395,6 +2639,7 @@ mod tests {
                     assert_eq!(ours.nth_live(cutoff, n), reference.nth_live(cutoff, n), "n={n}");
                 }
                 assert_eq!(stamps(&ours), reference.0);
+                assert_consistent(&ours);
                 if !ours.is_empty() {
                     assert_eq!(stamps(&RunLog::decode(&canonical(&ours)).unwrap()), reference.0);
                     assert_eq!(stamps(&RunLog::decode_runs(&runs_bytes(&ours)).unwrap()), reference.0);

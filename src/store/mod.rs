@@ -18,6 +18,8 @@ pub mod compact;
 pub mod effect;
 pub mod encoding;
 pub mod zset;
+#[cfg(test)]
+mod stream_bench;
 
 use std::ffi::{c_char, c_int};
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Instructions per XCLOAK.ALLOW decision over the compact log alone (trim +
+# count + record through window::admit on a RunLog, no server), for windows
+# held at N entries as scripts/compare.py's streams hold them: each call trims
+# one entry and adds one (or, with REJECT=1, finds the window full). A quick,
+# repeatable companion of compare.py --instructions for work on
+# src/store/encoding.rs (needs valgrind).
+#
+# Usage: scripts/callgrind_log.sh [SIZE...]      (default 10 1000 100000; CALLS=2000 per key, 2 keys)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$(cargo test --release --lib --no-run 2>&1 | sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))/\1/p')
+[ -x "$bin" ] || { echo "no test binary" >&2; exit 1; }
+calls=${CALLS:-2000}
+for size in "${@:-10 1000 100000}"; do
+  for each in $size; do
+    out=$(mktemp -d)
+    SIZE=$each CALLS=$calls valgrind --tool=callgrind --callgrind-out-file="$out/cg" \
+      --toggle-collect='*stream_bench*measure*' "$bin" --ignored --exact store::stream_bench::stream_bench \
+      --test-threads=1 >/dev/null 2>"$out/err" || { cat "$out/err" >&2; exit 1; }
+    total=$(awk '/^(summary|totals):/ {print $2; exit}' "$out/cg")
+    printf '%8s entries, %s: %s instructions per call\n' "$each" "$([ -n "${REJECT:-}" ] && echo rejections || echo admissions)" \
+      "$(python3 -c "print('%.1f' % ($total / (2 * $calls)))")"
+    rm -rf "$out"
+  done
+done
