@@ -7,20 +7,23 @@
 # src/store/encoding.rs (needs valgrind).
 #
 # Usage: scripts/callgrind_log.sh [SIZE...]      (default 10 1000 100000; CALLS=2000 per key, 2 keys)
+#        REFUND=1 scripts/callgrind_log.sh [SIZE...]   RunLog::remove_at of a middle stamp (each put
+#        back by a step back), as scripts/callgrind_refund.py's "middle" on a server
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(cargo test --release --lib --no-run 2>&1 | sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))/\1/p')
-[ -x "$bin" ] || { echo "no test binary" >&2; exit 1; }
+[ -x "$bin" ] || { cargo test --release --lib --no-run >&2; echo "no test binary" >&2; exit 1; }
 calls=${CALLS:-2000}
 for size in "${@:-10 1000 100000}"; do
   for each in $size; do
     out=$(mktemp -d)
+    if [ -n "${REFUND:-}" ]; then test=refund_bench fn='*stream_bench*refund_measure*' per=$calls what="middle refunds"
+    else test=stream_bench fn='*stream_bench*measure*' per=$((2 * calls)) what=$([ -n "${REJECT:-}" ] && echo rejections || echo admissions); fi
     SIZE=$each CALLS=$calls valgrind --tool=callgrind --callgrind-out-file="$out/cg" \
-      --toggle-collect='*stream_bench*measure*' "$bin" --ignored --exact store::stream_bench::stream_bench \
+      --toggle-collect="$fn" "$bin" --ignored --exact "store::stream_bench::$test" \
       --test-threads=1 >/dev/null 2>"$out/err" || { cat "$out/err" >&2; exit 1; }
     total=$(awk '/^(summary|totals):/ {print $2; exit}' "$out/cg")
-    printf '%8s entries, %s: %s instructions per call\n' "$each" "$([ -n "${REJECT:-}" ] && echo rejections || echo admissions)" \
-      "$(python3 -c "print('%.1f' % ($total / (2 * $calls)))")"
+    printf '%8s entries, %s: %s instructions per call\n' "$each" "$what" "$(python3 -c "print('%.1f' % ($total / $per))")"
     rm -rf "$out"
   done
 done

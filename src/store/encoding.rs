@@ -45,8 +45,9 @@
 //! - `len`, `newest`: the header; PEEK and DETAILS walk at most one block per
 //!   tier (and sum the index's counts), allocating nothing;
 //! - refund of the newest entry: O(1); of any other stamp: a binary search of
-//!   the index and one bounded block rewritten, as a sorted set pays about
-//!   O(log n) for it;
+//!   the index, a walk of one block from its nearer end and one bounded change
+//!   in it (a re-pack of that block when the merged gap is wider than its
+//!   gaps), as a sorted set pays about O(log n) for it;
 //! - a stamp older than the newest (a caller's clock stepping back): one
 //!   block rewritten, and rarely split.
 //!
@@ -241,6 +242,52 @@ fn shift_bits_down(data: &mut [u8], from: usize, to: usize, end: usize) {
         let high = u16::from(data.get(src + i + 1).copied().unwrap_or(0));
         data[dst + i] = ((low | high << 8) >> shift) as u8;
         i += 1;
+    }
+}
+
+/// Fields appended to a bit string of up to a block's data, a word at a time
+/// (`Block::widen`).
+struct BitWriter {
+    words: [u64; BLOCK_BYTES / 8 + 1],
+    len: usize,
+    acc: u64,
+    bits: u32,
+}
+
+impl Default for BitWriter {
+    fn default() -> BitWriter {
+        BitWriter { words: [0; BLOCK_BYTES / 8 + 1], len: 0, acc: 0, bits: 0 }
+    }
+}
+
+impl BitWriter {
+    /// Appends `value` (< 2^width, width <= 57).
+    #[inline(always)]
+    fn push(&mut self, value: u64, width: u32) {
+        if width == 0 {
+            return;
+        }
+        self.acc |= value << self.bits;
+        self.bits += width;
+        if self.bits >= 64 {
+            self.words[self.len] = self.acc;
+            self.len += 1;
+            self.bits -= 64;
+            self.acc = if self.bits > 0 { value >> (width - self.bits) } else { 0 };
+        }
+    }
+
+    /// The bytes written (the last one zero-padded).
+    fn finish(&mut self) -> &[u8] {
+        let bytes = self.len * 8 + (self.bits as usize).div_ceil(8);
+        if self.bits > 0 {
+            self.words[self.len] = self.acc;
+        }
+        for word in &mut self.words[..self.len + 1] {
+            *word = word.to_le();
+        }
+        // SAFETY: the words are plain bytes, `bytes` of them within the array.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, bytes) }
     }
 }
 
@@ -613,15 +660,40 @@ impl Block {
             // Lone entries 1 ms apart: every field was 0 bits, so every one is 0.
             data[DATA_BITS / 8..to.bits(header.runs).div_ceil(8)].fill(0);
         } else {
-            // Last slot first: each slot moves up (or stays), never onto one not read yet.
-            for i in (0..header.runs).rev() {
-                let count = get_bits(data, from.count_pos(i), from.cw);
-                if i > 0 {
-                    let gap = get_bits(data, from.gap_pos(i), from.dw);
-                    set_bits(data, to.gap_pos(i), to.dw, gap);
-                }
-                set_bits(data, to.count_pos(i), to.cw, count);
+            // One pass, oldest slot first, into a word buffer (each field
+            // read once, written by shifts), copied back over the data.
+            // The old bits are read from a copy padded with a zero word, so
+            // that every field is one unaligned load away.
+            let mut copy = [0u8; BLOCK_BYTES + 8];
+            copy[..data.len()].copy_from_slice(data);
+            let read = |pos: usize, width: u32| -> u64 {
+                // SAFETY: pos / 8 + 8 <= data.len() + 8 for every field of the block.
+                let word = u64::from_le(unsafe { std::ptr::read_unaligned(copy.as_ptr().add(pos / 8) as *const u64) });
+                (word >> (pos % 8)) & mask(width)
+            };
+            let mut out = BitWriter::default();
+            if to.cw > 0 {
+                out.push(0, ENTRIES_BITS); // the entry count, set below
             }
+            let mut pos = from.base();
+            out.push(read(pos, from.cw), to.cw);
+            pos += from.cw as usize;
+            if from.cw == 0 && to.cw == 0 {
+                // Lone entries: gaps only.
+                for _ in 1..header.runs {
+                    out.push(read(pos, from.dw), to.dw);
+                    pos += from.dw as usize;
+                }
+            } else {
+                for _ in 1..header.runs {
+                    out.push(read(pos, from.dw), to.dw);
+                    out.push(read(pos + from.dw as usize, from.cw), to.cw);
+                    pos += from.slot_bits();
+                }
+            }
+            let bytes = out.finish();
+            debug_assert_eq!(DATA_BITS + bytes.len() * 8 - to.bits(header.runs), (8 - to.bits(header.runs) % 8) % 8);
+            data[DATA_BITS / 8..DATA_BITS / 8 + bytes.len()].copy_from_slice(bytes);
         }
         let header = Header { dw: to.dw, cw: to.cw, ..header };
         self.set_header(&header);
@@ -908,6 +980,43 @@ impl Block {
         })
     }
 
+    /// The live run stamped `stamp_ms` (within the block's first and last
+    /// stamps), as (its slot, its count, the gap from the previous live run,
+    /// 0 for the first): found from the header for the newest, else by a walk
+    /// of the slots from whichever end of the block is nearer in time.
+    fn find_run(&self, header: &Header, stamp_ms: i64) -> Option<(u32, u64, u64)> {
+        let slots = header.layout();
+        let data = self.bytes();
+        let (first, last) = (header.dead, header.runs - 1);
+        let gap_of = |i: u32| if i > first { get_bits(data, slots.gap_pos(i), slots.dw) + 1 } else { 0 };
+        let count_of = |i: u32| get_bits(data, slots.count_pos(i), slots.cw) + 1;
+        if header.last_ms() - stamp_ms <= stamp_ms - header.first_ms {
+            // Newest first: slot i's stamp is the next one's minus its gap.
+            let (mut i, mut at) = (last, header.last_ms());
+            loop {
+                if at == stamp_ms {
+                    return Some((i, count_of(i), gap_of(i)));
+                }
+                if at < stamp_ms || i == first {
+                    return None;
+                }
+                at -= gap_of(i) as i64;
+                i -= 1;
+            }
+        }
+        let (mut i, mut at) = (first, header.first_ms);
+        loop {
+            if at == stamp_ms {
+                return Some((i, count_of(i), gap_of(i)));
+            }
+            if at > stamp_ms || i == last {
+                return None;
+            }
+            i += 1;
+            at += gap_of(i) as i64;
+        }
+    }
+
     /// Removes up to `count` entries stamped exactly `stamp_ms`; returns how
     /// many went, or `Err(())` when the run must go and its neighbours' gap no
     /// longer fits this block (the caller rewrites it).
@@ -918,27 +1027,9 @@ impl Block {
         }
         let slots = header.layout();
         let last = header.runs - 1;
-        // The newest run is found from the header: O(1). `index` is a slot.
-        let (index, held, gap) = if stamp_ms == header.last_ms() {
-            let gap = if last > header.dead { get_bits(self.bytes(), slots.gap_pos(last), slots.dw) + 1 } else { 0 };
-            (last, get_bits(self.bytes(), slots.count_pos(last), slots.cw) + 1, gap)
-        } else {
-            let mut found = None;
-            let mut previous_ms = header.first_ms;
-            for (i, (stamp, held)) in self.runs().enumerate() {
-                if stamp >= stamp_ms {
-                    if stamp == stamp_ms {
-                        found = Some((header.dead + i as u32, held, (stamp - previous_ms) as u64));
-                    }
-                    break;
-                }
-                previous_ms = stamp;
-            }
-            match found {
-                Some(found) => found,
-                None => return Ok(0),
-            }
-        };
+        // The newest run is found from the header: O(1); any other by a walk
+        // from the nearer end of the block. `index` is a slot.
+        let Some((index, held, gap)) = self.find_run(&header, stamp_ms) else { return Ok(0) };
         let removed = held.min(count);
         let entries = self.entries() - removed;
         if removed < held {
@@ -2473,6 +2564,53 @@ mod tests {
                     }
                 }
                 assert_eq!(canonical(&ours), canonical(&RunLog::from_runs(ours.runs().collect::<Vec<_>>())));
+            }
+        }
+    }
+
+    /// `widen` re-packs every run at wider widths, from every layout to every
+    /// wider one, with dead slots to shift out, and keeps the runs and count.
+    #[test]
+    fn widen_keeps_every_run_at_any_wider_layout() {
+        let mut rng = Rng(0x5EED);
+        for (dw, cw) in [(0u32, 0u32), (0, 3), (5, 0), (10, 0), (7, 2), (12, 9), (33, 0), (3, 20)] {
+            for runs in [1usize, 2, 9, 64, 100] {
+                let mut stamp = T;
+                let mut list = Vec::new();
+                for i in 0..runs {
+                    if i > 0 {
+                        stamp += 1 + (rng.next() & mask(dw)) as i64;
+                    }
+                    list.push((stamp, 1 + (rng.next() & mask(cw))));
+                }
+                let Some(slots) = (0..runs).try_fold(Slots { dw: 0, cw: 0 }, |slots, i| {
+                    let gap = if i > 0 { (list[i].0 - list[i - 1].0) as u64 } else { 1 };
+                    Some(Slots { dw: slots.dw.max(width_of(gap - 1)), cw: slots.cw.max(width_of(list[i].1 - 1)) })
+                }) else { unreachable!() };
+                if slots.bytes(runs as u32) + 64 > BLOCK_BYTES {
+                    continue;
+                }
+                for (extra_dw, extra_cw) in [(0, 1), (1, 0), (3, 2), (9, 0)] {
+                    let (mut block, taken) = Block::pack(&list, INLINE);
+                    assert_eq!(taken, runs);
+                    let dead = (runs as u32 - 1).min(2);
+                    let expired = block.runs().take(dead as usize).map(|r| r.1).sum::<u64>();
+                    if dead > 0 {
+                        block.drop_front(dead, expired, list[dead as usize].0);
+                    }
+                    let to = Slots { dw: (slots.dw + extra_dw).min(40), cw: (slots.cw + extra_cw).min(30) };
+                    if to.bytes(runs as u32) > BLOCK_BYTES {
+                        block.free();
+                        continue;
+                    }
+                    block.reserve(to.bytes(runs as u32));
+                    block.widen(to);
+                    let header = block.header();
+                    assert_eq!((header.dw, header.cw, header.dead), (to.dw, to.cw, 0), "{dw}/{cw} -> {to:?}");
+                    assert_eq!(block.runs().collect::<Vec<_>>(), list[dead as usize..], "{dw}/{cw} -> {to:?}, {runs} runs");
+                    assert_eq!(block.entries(), list[dead as usize..].iter().map(|r| r.1).sum::<u64>());
+                    block.free();
+                }
             }
         }
     }
