@@ -4,6 +4,8 @@
 Usage: python3 scripts/compare.py A.so B.so [...]   (ROUNDS=n, default 3)
        python3 scripts/compare.py --instructions A.so B.so   (callgrind: repeatable, needs valgrind)
        python3 scripts/compare.py --zset-only A.so B.so   (builds from before the compact form)
+       python3 scripts/compare.py --paired A.so B.so   (the stream measures, every server up at once,
+                                                        slices taking turns: SLICES=41)
 
 Each round starts one fresh server per build, in turn (the order rotating),
 loaded with `STORAGE compact`, and measures on it, as `usec_per_call` from
@@ -35,7 +37,12 @@ by a few percent from run to run (the expiry is re-armed, and replicated,
 every 500 ms of wall time, and valgrind is slow); `decide`'s does not.
 The builds take turns, so a burst of load on a shared machine falls on all of
 them alike; keep a copy of the current build (cp target/release/libxcloak.so
-/tmp/base.so) before building the change to compare. `--zset-only` measures
+/tmp/base.so) before building the change to compare. `--paired` runs only the
+stream measures, with one server per build up at once, each size and way cut
+into slices of 20,000 calls that the builds take in turn (the order
+alternating): each ratio compares two measures milliseconds apart, so the
+machine's drift between rounds cancels; it prints the median and quartiles of
+the per-slice ratios (a build against itself reads 1.00x). `--zset-only` measures
 only the sorted-set rows of the first workload, on servers loaded without
 `STORAGE`, for builds that have no compact form.
 """
@@ -173,12 +180,75 @@ def measure(module, zset_only, instructions=False):
             bench.shutil.rmtree(callgrind_dir, ignore_errors=True)
 
 
+PAIRED_SLICES = int(os.environ.get("SLICES", "41"))
+PAIRED_CALLS = 10_000  # per key and slice: 20,000 calls a measure
+
+
+def slice_usec(server, make, calls):
+    """usec per call of XCLOAK.ALLOW over `make()`'s calls, from commandstats'
+    total (usec_per_call has two decimals, too coarse a ratio for one slice)."""
+    server.client.call("CONFIG", "RESETSTAT")
+    server.pipe(make())
+    line = server.client.info("commandstats").get("cmdstat_xcloak.allow", "")
+    fields = dict(part.split("=") for part in line.split(",") if "=" in part)
+    assert int(fields["calls"]) == calls, (fields, calls)
+    return int(fields["usec"]) / calls
+
+
+def paired(modules):
+    """The stream measures with every build's server up at once: each size and
+    way is cut into PAIRED_SLICES slices, and the builds take turns slice by
+    slice (the order alternating), so that each ratio compares two measures a
+    few milliseconds apart. Prints the median of the per-slice ratios."""
+    servers = []
+    try:
+        for module in modules:
+            bench.MODULE = os.path.abspath(module)
+            servers.append(bench.Server(storage="compact", cell=False))
+        for server in servers:
+            for size in STREAM_SIZES:
+                server.pipe(bench.steady_stream("p%d" % size, STREAM_KEYS, size, 1000, size, 0))
+                server.expect_type("p%d:0" % size, "xcloaklog")
+        n = STREAM_KEYS * PAIRED_CALLS
+        names = [os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(m)))) or m for m in modules]
+        print("paired slices (%d of %d calls each way and size), usec_per_call: median per build, and the median "
+              "of the per-slice ratios against [0] %s" % (PAIRED_SLICES, n, names[0]))
+        for size in STREAM_SIZES:
+            prefix = "p%d" % size
+            usec = {way: [[] for _ in modules] for way in ("admission", "rejection")}
+            for slice_ in range(PAIRED_SLICES):
+                start = size + slice_ * PAIRED_CALLS
+                order = list(range(len(modules)))[::-1 if slice_ % 2 else 1]
+                streams = {
+                    "admission": lambda: bench.steady_stream(prefix, STREAM_KEYS, size, 1000, PAIRED_CALLS, start),
+                    # At the time of the slice's newest admission: the window is full.
+                    "rejection": lambda: bench.steady_stream(prefix, STREAM_KEYS, size, 1000, PAIRED_CALLS, start + PAIRED_CALLS, True),
+                }
+                for way, make in streams.items():
+                    for i in order:
+                        usec[way][i].append(slice_usec(servers[i], make, n))
+            for way, columns in usec.items():
+                ratios = []
+                for i in range(1, len(modules)):
+                    per = sorted(b / a for a, b in zip(columns[0], columns[i]))
+                    ratios.append("[%d] / [0] %.3fx (quartiles %.2f-%.2f)" % (
+                        i, statistics.median(per), per[len(per) // 4], per[3 * len(per) // 4]))
+                print("  compact %-9s entries: %-10s %s   %s" % ("{:,}".format(size), way,
+                      "  ".join("%6.3f" % statistics.median(c) for c in columns), "; ".join(ratios)), flush=True)
+    finally:
+        for server in servers:
+            server.stop()
+
+
 def main():
     args = sys.argv[1:]
     zset_only, instructions = "--zset-only" in args, "--instructions" in args
     modules = [a for a in args if not a.startswith("--")]
     if len(modules) < 2 or any(not os.path.exists(m) for m in modules):
         sys.exit(__doc__)
+    if "--paired" in args:
+        paired(modules)
+        return
     rounds = 1 if instructions else int(os.environ.get("ROUNDS", "3"))
     runs = {m: [] for m in modules}
     for round_ in range(rounds):

@@ -833,12 +833,14 @@ impl Block {
     /// slots, shifted out once there are more than MAX_DEAD.
     fn drop_front(&mut self, k: u32, entries_removed: u64, first_ms: i64) {
         if k > 0 {
-            self.drop_front_of(self.header(), k, entries_removed, first_ms);
+            self.drop_front_of(self.header(), k, entries_removed, first_ms, true);
         }
     }
 
-    /// `drop_front` with the block's header at hand.
-    fn drop_front_of(&mut self, header: Header, k: u32, entries_removed: u64, first_ms: i64) {
+    /// `drop_front` with the block's header at hand; `shrink`: whether the
+    /// block may give back room once the dead slots are shifted out (not the
+    /// oldest block of a large window, which trims empty and frees soon).
+    fn drop_front_of(&mut self, header: Header, k: u32, entries_removed: u64, first_ms: i64, shrink: bool) {
         let entries = if header.cw == 0 {
             u64::from(header.live())
         } else {
@@ -869,7 +871,9 @@ impl Block {
             let header = Header { runs: header.live(), dead: 0, ..header };
             self.set_header(&header);
             self.set_entries(&header, entries);
-            self.shrink_if_oversized();
+            if shrink {
+                self.shrink_if_oversized();
+            }
         } else {
             self.set_header(&header);
             self.set_entries(&header, entries);
@@ -919,17 +923,18 @@ impl Block {
 
     /// Removes every entry stamped `<= cutoff_ms`; returns how many went. The
     /// block may be left empty (no live runs).
+    /// `shrink` as in `drop_front_of`.
     #[inline(always)]
-    fn trim(&mut self, cutoff_ms: i64) -> u64 {
+    fn trim(&mut self, cutoff_ms: i64, shrink: bool) -> u64 {
         match self.trim_in_place(cutoff_ms) {
             Some(removed) => removed,
-            None => self.trim_slow(cutoff_ms),
+            None => self.trim_slow(cutoff_ms, shrink),
         }
     }
 
     /// `trim` for every case.
     #[inline(never)]
-    fn trim_slow(&mut self, cutoff_ms: i64) -> u64 {
+    fn trim_slow(&mut self, cutoff_ms: i64, shrink: bool) -> u64 {
         if self.first_ms() > cutoff_ms {
             return 0;
         }
@@ -955,7 +960,7 @@ impl Block {
                 break;
             }
         }
-        self.drop_front_of(header, slot - header.dead, removed, stamp_ms);
+        self.drop_front_of(header, slot - header.dead, removed, stamp_ms, shrink);
         removed
     }
 
@@ -1699,7 +1704,7 @@ impl RunLog {
         match self.root() {
             None => 0,
             Some(Root::Inline(mut block)) => {
-                let removed = block.trim(cutoff_ms);
+                let removed = block.trim(cutoff_ms, true);
                 self.set_root(Root::Inline(block));
                 removed
             }
@@ -1727,7 +1732,7 @@ impl RunLog {
         }
         let r = &mut large.refs()[0];
         let mut block = r.block;
-        let trimmed = block.trim(cutoff_ms);
+        let trimmed = block.trim(cutoff_ms, false);
         if trimmed == 0 && gone == 0 {
             return 0;
         }
