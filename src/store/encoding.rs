@@ -107,18 +107,6 @@ const INDEXED: Limits = Limits { runs: 256, bytes: 256 };
 /// to rounding. A block's header names its class, so it knows its size.
 const SIZE_CLASSES: [usize; 20] = [16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024];
 
-/// `SIZE_CLASSES` indexed by a header's 5-bit class field, read with no
-/// bounds check (the classes a header never holds read 0).
-const CLASS_SIZE: [usize; 32] = {
-    let mut sizes = [0; 32];
-    let mut i = 0;
-    while i < SIZE_CLASSES.len() {
-        sizes[i] = SIZE_CLASSES[i];
-        i += 1;
-    }
-    sizes
-};
-
 const HEADER_BYTES: usize = 16;
 /// Bit positions count from the block's first byte: its data starts here.
 const DATA_BITS: usize = HEADER_BYTES * 8;
@@ -717,20 +705,18 @@ impl Block {
         if (gap - 1) >> dw != 0 || (count - 1) >> cw != 0 || span + gap > MAX_SPAN {
             return false;
         }
-        let size = CLASS_SIZE[((w1 >> 1) & 31) as usize];
-        // Slot i's gap starts at `gaps + (i - 1) * slot_bits` (`Slots::gap_pos`).
-        let slot_bits = (dw + cw) as usize;
-        let gaps = if cw > 0 { DATA_BITS + (ENTRIES_BITS + cw) as usize } else { DATA_BITS };
-        let mut pos = gaps + (runs as usize - 1) * slot_bits;
+        let size = SIZE_CLASSES[((w1 >> 1) & 31) as usize];
+        let slots = Slots { dw, cw };
+        let mut pos = slots.gap_pos(runs);
         let mut w1 = w1;
-        if runs >= limits.runs || pos + slot_bits > size * 8 {
+        if runs >= limits.runs || slots.bytes(runs + 1) > size {
             // Full, but for the room of trimmed runs: shifted out first (a
             // window at its limit that trims one run and adds one).
             let live = runs - dead;
-            pos = gaps + (live as usize - 1) * slot_bits;
-            if dead == 0 || live >= limits.runs || pos + slot_bits > size * 8 {
+            if dead == 0 || live >= limits.runs || slots.bytes(live + 1) > size {
                 return false;
             }
+            pos = slots.gap_pos(live);
             self.compact();
             w1 = self.word1();
         }
@@ -900,7 +886,7 @@ impl Block {
         // The expired runs, from the first live one; the last run is live.
         let dw = ((w0 >> 53) & 63) as u32;
         // SAFETY: the block is a live allocation of its class's size, initialised.
-        let data = unsafe { std::slice::from_raw_parts(self.0.as_ptr(), CLASS_SIZE[((w1 >> 1) & 31) as usize]) };
+        let data = unsafe { std::slice::from_raw_parts(self.0.as_ptr(), SIZE_CLASSES[((w1 >> 1) & 31) as usize]) };
         let (mut slot, mut stamp_ms) = (dead, first_ms);
         let mut pos = DATA_BITS + dead as usize * dw as usize;
         loop {
@@ -1220,10 +1206,6 @@ impl Large {
         std::array::from_fn(|i| u64::from_le(unsafe { std::ptr::read((self.0.as_ptr() as *const u64).add(i)) }))
     }
 
-    fn entries_word(&self) -> u64 {
-        // SAFETY: as in `words`.
-        u64::from_le(unsafe { std::ptr::read(self.0.as_ptr() as *const u64) })
-    }
 
     fn set_head(&self, entries: u64, head: u32, len: u32, capacity: u32) {
         // SAFETY: as in `words`.
@@ -1235,7 +1217,8 @@ impl Large {
     }
 
     fn entries(&self) -> u64 {
-        self.entries_word()
+        // SAFETY: as in `words`.
+        u64::from_le(unsafe { std::ptr::read(self.0.as_ptr() as *const u64) })
     }
 
     fn range(&self) -> (u32, u32, u32) {
@@ -1714,9 +1697,6 @@ impl RunLog {
 
     /// `trim` of a large window, for every case.
     fn trim_large(&mut self, mut large: Large, cutoff_ms: i64) -> u64 {
-        if large.refs()[0].first_ms > cutoff_ms {
-            return 0;
-        }
         let refs = large.refs();
         // Whole blocks whose successor starts at or before the cutoff
         // are all expired; the last block is always kept (maybe emptied).
@@ -2013,13 +1993,16 @@ impl Log for RunLog {
     }
 
     fn record(&mut self, now_ms: i64, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         // The common case: appended where the newest run is, in place.
         let done = match self.root() {
             Some(Root::Inline(block)) => block.try_append_in_place(now_ms, cost, INLINE),
             Some(Root::Large(large)) => large.try_append_in_place(now_ms, cost),
             None => false,
         };
-        if !done && cost > 0 {
+        if !done {
             self.record_slow(now_ms, cost);
         }
     }
