@@ -60,6 +60,25 @@ def inclusive(dump, function):
     return 0
 
 
+def phase(server, workdir, send, tag):
+    """Zeroes the counters of `server` (running under callgrind with its
+    dumps in `workdir`), runs `send()`, dumps, and returns the new dump's path
+    (callgrind writes it asynchronously: this waits for the file)."""
+    pid = str(server.proc.pid)
+    before = len([f for f in os.listdir(workdir) if f.startswith("cg.out.")])
+    subprocess.run(["callgrind_control", "-z", pid], capture_output=True, check=True)
+    send()
+    subprocess.run(["callgrind_control", "-d", tag, pid], capture_output=True, check=True)
+    deadline = time.time() + 120
+    while True:
+        dumps = [f for f in os.listdir(workdir) if f.startswith("cg.out.")]
+        if len(dumps) > before or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    time.sleep(1)
+    return os.path.join(workdir, max(dumps, key=lambda f: int(f.rsplit(".", 1)[1])))
+
+
 def breakdown(dump, calls, top=25):
     out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--tree=calling", "--threshold=100", dump],
                          capture_output=True, text=True).stdout
@@ -104,20 +123,9 @@ def main():
             else:
                 server.storage("zset")
             server.client.call("CONFIG", "RESETSTAT")
-            subprocess.run(["callgrind_control", "-z", str(pid)], capture_output=True, check=True)
-            bench.redis_benchmark(server, argv, True, requests)
             tag = name.replace(" ", "_").replace(".", "_")
-            subprocess.run(["callgrind_control", "-d", tag, str(pid)], capture_output=True, check=True)
+            dump = phase(server, workdir, lambda: bench.redis_benchmark(server, argv, True, requests), tag)
             calls, _ = server.stat(stat)
-            # The dump is written asynchronously: wait for this phase's file.
-            deadline = time.time() + 120
-            while True:
-                dumps = [f for f in os.listdir(workdir) if f.startswith("cg.out.")]
-                if len(dumps) > len(results) or time.time() > deadline:
-                    break
-                time.sleep(0.2)
-            time.sleep(1)
-            dump = os.path.join(workdir, max(dumps, key=lambda f: int(f.rsplit(".", 1)[1])))
             results[name] = (inclusive(dump, HANDLERS[name]) / calls, calls, dump)
             print("%-15s %8.0f instructions/call (%d calls, %s)" % (name, results[name][0], calls, HANDLERS[name]), flush=True)
             if cache_sim:

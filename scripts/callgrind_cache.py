@@ -16,10 +16,8 @@ instruction and data misses (I1mr, D1mr, D1mw), last-level data read misses
 rest alike or lower: the wall-clock gap of admissions into large windows.
 """
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
@@ -39,19 +37,10 @@ def measure(module, size):
     try:
         server.pipe(bench.steady_stream("c", KEYS, size, 1000, size, 0))
         server.expect_type("c:0", "xcloaklog")
-        subprocess.run(["callgrind_control", "-z", str(server.proc.pid)], capture_output=True, check=True)
         server.client.call("CONFIG", "RESETSTAT")
-        server.pipe(bench.steady_stream("c", KEYS, size, 1000, CALLS, size))
+        dump = callgrind.phase(server, out_dir, lambda: server.pipe(bench.steady_stream("c", KEYS, size, 1000, CALLS, size)), "m1")
         calls, _ = server.stat("xcloak.allow")
         assert calls == KEYS * CALLS, calls
-        subprocess.run(["callgrind_control", "-d", "m1", str(server.proc.pid)], capture_output=True, check=True)
-        deadline = time.time() + 120
-        dumps = []
-        while not dumps and time.time() < deadline:
-            dumps = [f for f in os.listdir(out_dir) if f.startswith("cg.out.")]
-            time.sleep(0.2)
-        time.sleep(1)
-        dump = os.path.join(out_dir, max(dumps, key=lambda f: int(f.rsplit(".", 1)[1])))
         return [v / calls for v in callgrind.inclusive_events(dump, "RedisModuleCommandDispatcher", EVENTS)]
     finally:
         server.stop()

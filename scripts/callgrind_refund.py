@@ -16,10 +16,8 @@ with INFO xcloak's `refunded` that every refund removed an entry (a refund
 that finds nothing costs less and would flatter the figure).
 """
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
@@ -44,17 +42,8 @@ def refunded(server):
 def measure(server, out_dir, dumps, key, stamps):
     """Instructions per REFUND of each of `stamps` (each put back after)."""
     before = refunded(server)
-    subprocess.run(["callgrind_control", "-z", str(server.proc.pid)], capture_output=True, check=True)
-    server.pipe(c for stamp in stamps for c in (bench.encode("XCLOAK.REFUND", key, stamp), allow(key, stamp)))
-    subprocess.run(["callgrind_control", "-d", "m%d" % dumps, str(server.proc.pid)], capture_output=True, check=True)
-    dump = None
-    deadline = time.time() + 120
-    while dump is None and time.time() < deadline:
-        found = [f for f in os.listdir(out_dir) if f.startswith("cg.out.")]
-        if len(found) >= dumps:
-            dump = os.path.join(out_dir, max(found, key=lambda f: int(f.rsplit(".", 1)[1])))
-        time.sleep(0.2)
-    time.sleep(1)
+    dump = callgrind.phase(server, out_dir, lambda: server.pipe(
+        c for stamp in stamps for c in (bench.encode("XCLOAK.REFUND", key, stamp), allow(key, stamp))), "m%d" % dumps)
     removed = refunded(server) - before
     assert removed == len(stamps), "%d of %d refunds removed an entry" % (removed, len(stamps))
     return callgrind.inclusive(dump, HANDLER) // len(stamps)

@@ -48,9 +48,7 @@ only the sorted-set rows of the first workload, on servers loaded without
 """
 import os
 import statistics
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
@@ -75,18 +73,8 @@ class Probe:
         server = self.server
         server.client.call("CONFIG", "RESETSTAT")
         if self.callgrind_dir:
-            subprocess.run(["callgrind_control", "-z", str(server.proc.pid)], capture_output=True, check=True)
-            send()
             self.dumps += 1
-            subprocess.run(["callgrind_control", "-d", "m%d" % self.dumps, str(server.proc.pid)], capture_output=True, check=True)
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                dumps = [f for f in os.listdir(self.callgrind_dir) if f.startswith("cg.out.")]
-                if len(dumps) >= self.dumps:
-                    break
-                time.sleep(0.2)
-            time.sleep(1)
-            dump = os.path.join(self.callgrind_dir, max(dumps, key=lambda f: int(f.rsplit(".", 1)[1])))
+            dump = callgrind.phase(server, self.callgrind_dir, send, "m%d" % self.dumps)
             got, _ = server.stat(stat)
             assert got == calls, (stat, got, calls)
             out = {"instructions": callgrind.inclusive(dump, handler) / calls}
@@ -184,17 +172,6 @@ PAIRED_SLICES = int(os.environ.get("SLICES", "41"))
 PAIRED_CALLS = 10_000  # per key and slice: 20,000 calls a measure
 
 
-def slice_usec(server, make, calls):
-    """usec per call of XCLOAK.ALLOW over `make()`'s calls, from commandstats'
-    total (usec_per_call has two decimals, too coarse a ratio for one slice)."""
-    server.client.call("CONFIG", "RESETSTAT")
-    server.pipe(make())
-    line = server.client.info("commandstats").get("cmdstat_xcloak.allow", "")
-    fields = dict(part.split("=") for part in line.split(",") if "=" in part)
-    assert int(fields["calls"]) == calls, (fields, calls)
-    return int(fields["usec"]) / calls
-
-
 def paired(modules):
     """The stream measures with every build's server up at once: each size and
     way is cut into PAIRED_SLICES slices, and the builds take turns slice by
@@ -226,7 +203,7 @@ def paired(modules):
                 }
                 for way, make in streams.items():
                     for i in order:
-                        usec[way][i].append(slice_usec(servers[i], make, n))
+                        usec[way][i].append(bench.measure_stream(servers[i], make, n))
             for way, columns in usec.items():
                 ratios = []
                 for i in range(1, len(modules)):
