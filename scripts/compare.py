@@ -4,8 +4,9 @@
 Usage: python3 scripts/compare.py A.so B.so [...]   (ROUNDS=n, default 3)
        python3 scripts/compare.py --instructions A.so B.so   (callgrind: repeatable, needs valgrind)
        python3 scripts/compare.py --zset-only A.so B.so   (builds from before the compact form)
-       python3 scripts/compare.py --paired A.so B.so   (the stream measures, every server up at once,
-                                                        slices taking turns: SLICES=41)
+       python3 scripts/compare.py --paired A.so B.so   (the main workload and the stream measures, every
+                                                        server up at once, slices taking turns:
+                                                        SLICES=41, MAIN_SLICES=15)
 
 Each round starts one fresh server per build, in turn (the order rotating),
 loaded with `STORAGE compact`, and measures on it, as `usec_per_call` from
@@ -37,12 +38,15 @@ by a few percent from run to run (the expiry is re-armed, and replicated,
 every 500 ms of wall time, and valgrind is slow); `decide`'s does not.
 The builds take turns, so a burst of load on a shared machine falls on all of
 them alike; keep a copy of the current build (cp target/release/libxcloak.so
-/tmp/base.so) before building the change to compare. `--paired` runs only the
-stream measures, with one server per build up at once, each size and way cut
-into slices of 20,000 calls that the builds take in turn (the order
-alternating): each ratio compares two measures milliseconds apart, so the
-machine's drift between rounds cancels; it prints the median and quartiles of
-the per-slice ratios (a build against itself reads 1.00x). `--zset-only` measures
+/tmp/base.so) before building the change to compare. `--paired` runs the
+main workload on compact keys and the stream measures, with one server per
+build up at once: the builds take turns (the order alternating) at each slice,
+a whole main workload on freshly prefilled keys, or 20,000 calls of a stream
+at one size and way. Each ratio compares two measures a second or a few
+milliseconds apart, so the machine's drift between rounds cancels; it prints
+the median and quartiles of the per-slice ratios (a build against itself reads
+1.00x). `make bench` takes its "this build / the baseline" targets from these
+(three runs). `--zset-only` measures
 only the sorted-set rows of the first workload, on servers loaded without
 `STORAGE`, for builds that have no compact form.
 """
@@ -172,28 +176,75 @@ PAIRED_SLICES = int(os.environ.get("SLICES", "41"))
 PAIRED_CALLS = 10_000  # per key and slice: 20,000 calls a measure
 
 
-def paired(modules):
-    """The stream measures with every build's server up at once: each size and
-    way is cut into PAIRED_SLICES slices, and the builds take turns slice by
-    slice (the order alternating), so that each ratio compares two measures a
-    few milliseconds apart. Prints the median of the per-slice ratios."""
-    servers = []
+PAIRED_MAIN_SLICES = int(os.environ.get("MAIN_SLICES", "15"))
+
+
+def paired_measures(modules, slices=None, main_slices=None, log=print):
+    """Every build's server up at once, the builds taking turns slice by slice
+    (the order alternating), so that each ratio compares two measures a few
+    milliseconds apart and the machine's drift between rounds cancels:
+
+    - the stream measures: each size and way cut into `slices` slices of
+      PAIRED_CALLS calls per key;
+    - the main workload on compact keys (bench.py's MAIN: 10,000 keys
+      prefilled with 5 entries, limit 10, 100,000 pipelined requests, about
+      half admitted), run whole `main_slices` times, each time on freshly
+      prefilled keys.
+
+    Returns {label: [usec_per_call per slice, per build]} (lists of equal
+    length), and logs one line per measure (`log`: print, or None)."""
+    slices = PAIRED_SLICES if slices is None else slices
+    main_slices = PAIRED_MAIN_SLICES if main_slices is None else main_slices
+    servers, out = [], {}
+    names = [os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(m)))) or m for m in modules]
+
+    def report(label, columns):
+        out[label] = columns
+        if log:
+            ratios = []
+            for i in range(1, len(modules)):
+                per = sorted(b / a for a, b in zip(columns[0], columns[i]))
+                ratios.append("[%d] / [0] %.3fx (quartiles %.2f-%.2f)" % (
+                    i, statistics.median(per), per[len(per) // 4], per[3 * len(per) // 4]))
+            log("  %-40s %s   %s" % (label, "  ".join("%6.3f" % statistics.median(c) for c in columns), "; ".join(ratios)))
+
     try:
         for module in modules:
             bench.MODULE = os.path.abspath(module)
             servers.append(bench.Server(storage="compact", cell=False))
+        if log:
+            log("paired slices (%d of %d calls each way and size; the main workload %d times), usec_per_call: median per "
+                "build, and the median of the per-slice ratios against [0] %s" % (
+                    slices, STREAM_KEYS * PAIRED_CALLS, main_slices, names[0]))
+        if main_slices:
+            config = bench.MAIN
+            requests = bench.KEYS * config["calls"]
+            columns = [[] for _ in modules]
+            for slice_ in range(main_slices):
+                for i in list(range(len(modules)))[::-1 if slice_ % 2 else 1]:
+                    server = servers[i]
+                    server.client.call("FLUSHALL")
+                    now_ms = int(server.client.call("TIME")[0]) * 1000
+                    _, stat, prefix, layout, argv = next(c for c in bench.bench_commands("", now_ms, config["limit"])
+                                                         if c[0] == "XCLOAK.ALLOW compact")
+                    bench.prefill_keys(server, prefix, layout, now_ms, config["prefill"])
+                    server.client.call("CONFIG", "RESETSTAT")
+                    bench.redis_benchmark(server, argv(prefix), True, requests)
+                    calls, usec = server.stat(stat)
+                    assert calls == requests, (calls, requests)
+                    columns[i].append(usec)
+            for server in servers:
+                server.client.call("FLUSHALL")
+            report("main workload: XCLOAK.ALLOW (compact)", columns)
         for server in servers:
             for size in STREAM_SIZES:
                 server.pipe(bench.steady_stream("p%d" % size, STREAM_KEYS, size, 1000, size, 0))
                 server.expect_type("p%d:0" % size, "xcloaklog")
         n = STREAM_KEYS * PAIRED_CALLS
-        names = [os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(m)))) or m for m in modules]
-        print("paired slices (%d of %d calls each way and size), usec_per_call: median per build, and the median "
-              "of the per-slice ratios against [0] %s" % (PAIRED_SLICES, n, names[0]))
         for size in STREAM_SIZES:
             prefix = "p%d" % size
             usec = {way: [[] for _ in modules] for way in ("admission", "rejection")}
-            for slice_ in range(PAIRED_SLICES):
+            for slice_ in range(slices):
                 start = size + slice_ * PAIRED_CALLS
                 order = list(range(len(modules)))[::-1 if slice_ % 2 else 1]
                 streams = {
@@ -205,13 +256,8 @@ def paired(modules):
                     for i in order:
                         usec[way][i].append(bench.measure_stream(servers[i], make, n))
             for way, columns in usec.items():
-                ratios = []
-                for i in range(1, len(modules)):
-                    per = sorted(b / a for a, b in zip(columns[0], columns[i]))
-                    ratios.append("[%d] / [0] %.3fx (quartiles %.2f-%.2f)" % (
-                        i, statistics.median(per), per[len(per) // 4], per[3 * len(per) // 4]))
-                print("  compact %-9s entries: %-10s %s   %s" % ("{:,}".format(size), way,
-                      "  ".join("%6.3f" % statistics.median(c) for c in columns), "; ".join(ratios)), flush=True)
+                report("compact %s entries: %s" % ("{:,}".format(size), way), columns)
+        return out
     finally:
         for server in servers:
             server.stop()
@@ -224,7 +270,7 @@ def main():
     if len(modules) < 2 or any(not os.path.exists(m) for m in modules):
         sys.exit(__doc__)
     if "--paired" in args:
-        paired(modules)
+        paired_measures(modules, log=lambda line: print(line, flush=True))
         return
     rounds = 1 if instructions else int(os.environ.get("ROUNDS", "3"))
     runs = {m: [] for m in modules}
