@@ -1034,10 +1034,11 @@ def section_baseline():
         columns = compare.paired_measures([base, ours], log=None)
         for label, (a, b) in columns.items():
             ratio = statistics.median(y / x for x, y in zip(a, b))
-            paired.setdefault(label, []).append((statistics.median(a), statistics.median(b), ratio, len(a)))
+            paired.setdefault(label, []).append((statistics.median(a), statistics.median(b), ratio))
         print("  paired run %d: %s" % (run + 1, ", ".join(
             "%s %.3fx" % (label, runs[-1][2]) for label, runs in paired.items())), flush=True)
-    return dict(baseline=name, rounds=BASELINE_ROUNDS, rows=out, paired=paired)
+    return dict(baseline=name, rounds=BASELINE_ROUNDS, rows=out, paired=paired,
+                paired_slices=(compare.PAIRED_SLICES, compare.PAIRED_MAIN_SLICES))
 
 
 # --------------------------------------------------------------------------
@@ -1180,11 +1181,6 @@ TARGET_REFUND_MIDDLE = 2.0  # REFUND of a middle stamp at 1,000,000 entries, com
 TARGET_BASELINE = 1.05  # this build / the baseline, per call, at most
 
 
-def compare_slices():
-    import compare
-    return compare.PAIRED_SLICES, compare.PAIRED_MAIN_SLICES
-
-
 def issue25_targets(used, refunds, cmds, baseline):
     targets = []
     for limit, counts, per in used:
@@ -1284,13 +1280,13 @@ def issue25_tables(w, used, attack_memory, refunds, baseline):
       "replicated every 500 ms of wall time under valgrind's slow clock, while the decision's does not). Medians; "
       "a ratio is the median of the per-round ratios." % baseline["rounds"])
     w("")
-    w("Fresh-server rounds follow the machine's drift between rounds (on this 2-core host a single round of the "
-      "same measure reads 0.7x-1.6x). The targets read `compare.py --paired` instead: both builds' servers up at "
-      "once, taking turns slice by slice (the order alternating), so that each ratio compares two measures a "
-      "second or a few milliseconds apart; a build against itself reads 1.00x. %d runs, each of %d slices of "
-      "20,000 calls per stream size and way and %d whole main workloads on freshly prefilled keys; a run's ratio "
-      "is the median of its per-slice ratios." % (len(next(iter(baseline["paired"].values()))),
-                                                  compare_slices()[0], compare_slices()[1]))
+    rounds = [r for label, metrics in baseline["rows"].items() if "REFUND" not in label for r in metrics["usec"][3]]
+    w("Fresh-server rounds follow the machine's drift between rounds (single rounds above read %.2fx-%.2fx). "
+      "The targets read `compare.py --paired` instead: both builds' servers up at once, taking turns slice by "
+      "slice (the order alternating), so that each ratio compares two measures a second or a few milliseconds "
+      "apart; a build against itself reads 1.00x. %d runs, each of %d slices of 20,000 calls per stream size and "
+      "way and %d whole main workloads on freshly prefilled keys; a run's ratio is the median of its per-slice "
+      "ratios." % (min(rounds), max(rounds), BASELINE_PAIRED_RUNS, *baseline["paired_slices"]))
     w("")
     w("| measure | %s usec/call | this build usec/call | ratio per run | median |" % baseline["baseline"])
     w("|---|---|---|---|---|")

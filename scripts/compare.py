@@ -179,22 +179,20 @@ PAIRED_CALLS = 10_000  # per key and slice: 20,000 calls a measure
 PAIRED_MAIN_SLICES = int(os.environ.get("MAIN_SLICES", "15"))
 
 
-def paired_measures(modules, slices=None, main_slices=None, log=print):
+def paired_measures(modules, log=print):
     """Every build's server up at once, the builds taking turns slice by slice
     (the order alternating), so that each ratio compares two measures a few
     milliseconds apart and the machine's drift between rounds cancels:
 
-    - the stream measures: each size and way cut into `slices` slices of
-      PAIRED_CALLS calls per key;
+    - the stream measures: each size and way cut into PAIRED_SLICES slices
+      of PAIRED_CALLS calls per key;
     - the main workload on compact keys (bench.py's MAIN: 10,000 keys
       prefilled with 5 entries, limit 10, 100,000 pipelined requests, about
-      half admitted), run whole `main_slices` times, each time on freshly
-      prefilled keys.
+      half admitted), run whole PAIRED_MAIN_SLICES times, each time on
+      freshly prefilled keys.
 
     Returns {label: [usec_per_call per slice, per build]} (lists of equal
     length), and logs one line per measure (`log`: print, or None)."""
-    slices = PAIRED_SLICES if slices is None else slices
-    main_slices = PAIRED_MAIN_SLICES if main_slices is None else main_slices
     servers, out = [], {}
     names = [os.path.basename(os.path.dirname(os.path.dirname(os.path.dirname(m)))) or m for m in modules]
 
@@ -215,24 +213,20 @@ def paired_measures(modules, slices=None, main_slices=None, log=print):
         if log:
             log("paired slices (%d of %d calls each way and size; the main workload %d times), usec_per_call: median per "
                 "build, and the median of the per-slice ratios against [0] %s" % (
-                    slices, STREAM_KEYS * PAIRED_CALLS, main_slices, names[0]))
-        if main_slices:
+                    PAIRED_SLICES, STREAM_KEYS * PAIRED_CALLS, PAIRED_MAIN_SLICES, names[0]))
+        if PAIRED_MAIN_SLICES:
             config = bench.MAIN
             requests = bench.KEYS * config["calls"]
             columns = [[] for _ in modules]
-            for slice_ in range(main_slices):
+            for slice_ in range(PAIRED_MAIN_SLICES):
                 for i in list(range(len(modules)))[::-1 if slice_ % 2 else 1]:
                     server = servers[i]
                     server.client.call("FLUSHALL")
                     now_ms = int(server.client.call("TIME")[0]) * 1000
-                    _, stat, prefix, layout, argv = next(c for c in bench.bench_commands("", now_ms, config["limit"])
-                                                         if c[0] == "XCLOAK.ALLOW compact")
+                    name, stat, prefix, layout, argv = next(c for c in bench.bench_commands("", now_ms, config["limit"])
+                                                            if c[0] == "XCLOAK.ALLOW compact")
                     bench.prefill_keys(server, prefix, layout, now_ms, config["prefill"])
-                    server.client.call("CONFIG", "RESETSTAT")
-                    bench.redis_benchmark(server, argv(prefix), True, requests)
-                    calls, usec = server.stat(stat)
-                    assert calls == requests, (calls, requests)
-                    columns[i].append(usec)
+                    columns[i].append(bench.benchmark_once(server, name, stat, argv(prefix), True, requests)[3])
             for server in servers:
                 server.client.call("FLUSHALL")
             report("main workload: XCLOAK.ALLOW (compact)", columns)
@@ -244,7 +238,7 @@ def paired_measures(modules, slices=None, main_slices=None, log=print):
         for size in STREAM_SIZES:
             prefix = "p%d" % size
             usec = {way: [[] for _ in modules] for way in ("admission", "rejection")}
-            for slice_ in range(slices):
+            for slice_ in range(PAIRED_SLICES):
                 start = size + slice_ * PAIRED_CALLS
                 order = list(range(len(modules)))[::-1 if slice_ % 2 else 1]
                 streams = {

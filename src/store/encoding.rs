@@ -1206,7 +1206,6 @@ impl Large {
         std::array::from_fn(|i| u64::from_le(unsafe { std::ptr::read((self.0.as_ptr() as *const u64).add(i)) }))
     }
 
-
     fn set_head(&self, entries: u64, head: u32, len: u32, capacity: u32) {
         // SAFETY: as in `words`.
         let bytes = unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), LARGE_HEADER) };
