@@ -174,6 +174,29 @@ fn of_kind(result: &RunResult, fault: Fault) -> Option<(i64, u64, u64)> {
     summarize(&check(&result.history)).into_iter().find(|row| row.kind == fault.label()).map(|row| (row.max_over, row.lost, row.acked))
 }
 
+/// `run(spec)`, repeated (at most twice more) while a Sentinel fault caused a
+/// second failover: on a loaded machine the sentinels may mark the
+/// just-promoted primary down and fail over again, and the segment is then
+/// "<fault> + a second failover", a different fault from the one asserted on
+/// (with WAIT 1 of 2 replicas, the second promotion may pick the replica that
+/// did not acknowledge). The full run (`make faults`) reports such rows as
+/// they come.
+fn run_with_one_failover_per_fault(spec: &RunSpec) -> RunResult {
+    const ATTEMPTS: usize = 3;
+    let mut attempt = 1;
+    loop {
+        let result = run(spec);
+        let doubled = result.history.segments.iter().find(|segment| segment.kind.contains("a second failover"));
+        match doubled {
+            Some(segment) if attempt < ATTEMPTS => {
+                eprintln!("faults: {}: {} (attempt {attempt} of {ATTEMPTS}): running it again", spec.label, segment.kind);
+                attempt += 1;
+            }
+            _ => return result,
+        }
+    }
+}
+
 /// The CI subset (`make faults-ci`): durable mode over-admits nothing and
 /// loses nothing acknowledged on kill -9 (Sentinel) and a forced cluster
 /// failover; a partition over-admits in plain mode (the harness sees it)
@@ -186,7 +209,7 @@ fn faults_ci() {
         spec("sentinel, zset, plain", false, Form::Zset, Mode::Plain, vec![Fault::Partition]),
         spec("cluster, compact, durable", true, Form::Compact, DURABLE, vec![Fault::ClusterForce]),
     ];
-    let results: Vec<RunResult> = runs.iter().map(run).collect();
+    let results: Vec<RunResult> = runs.iter().map(run_with_one_failover_per_fault).collect();
     print_results("faults-ci", &results);
     for result in &results {
         assert_steady_state_exact(result);
