@@ -56,9 +56,8 @@ pub fn parse_convert(argv: &[&[u8]]) -> Result<Storage, ArgError> {
     if argv.len() != 3 {
         return Err(ArgError::Arity);
     }
-    Storage::parse(argv[2]).ok_or_else(|| {
-        invalid(format!("target must be ZSET or COMPACT (got '{}')", printable(argv[2])))
-    })
+    Storage::parse(argv[2])
+        .ok_or_else(|| invalid(format!("target must be ZSET or COMPACT (got '{}')", printable(argv[2]))))
 }
 
 /// Which command is being parsed: they share a grammar but not every option.
@@ -193,13 +192,20 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
         return Err(ArgError::Arity);
     }
     let first = parse_tier(argv[2], argv[3], max_limit, 0)?;
-    let mut request = Request { tiers: Tiers::one(first), cost: 1, now_ms: None, details: false, stamp: false, oldest: false };
+    let mut request = Request {
+        tiers: Tiers::one(first),
+        cost: 1,
+        now_ms: None,
+        details: false,
+        stamp: false,
+        oldest: false,
+    };
 
     let (mut seen_cost, mut seen_now) = (false, false);
     let mut rest = argv[4..].iter();
     while let Some(option) = rest.next() {
-        let keyword = Keyword::from_bytes(option, command.into())
-            .ok_or_else(|| unknown_option(option, command.into()))?;
+        let keyword =
+            Keyword::from_bytes(option, command.into()).ok_or_else(|| unknown_option(option, command.into()))?;
         let seen = match keyword {
             Keyword::Tier => {
                 let (Some(window), Some(limit)) = (rest.next(), rest.next()) else {
@@ -221,19 +227,27 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
             Keyword::Oldest => &mut request.oldest,
         };
         if *seen {
-            return Err(invalid(format!("syntax error, {} is given more than once", keyword.label())));
+            return Err(invalid(format!(
+                "syntax error, {} is given more than once",
+                keyword.label()
+            )));
         }
         *seen = true;
         let mut value = || {
-            rest.next().copied().ok_or_else(|| {
-                invalid(format!("syntax error, {} needs a value", keyword.label()))
-            })
+            rest.next()
+                .copied()
+                .ok_or_else(|| invalid(format!("syntax error, {} needs a value", keyword.label())))
         };
         match keyword {
             Keyword::Cost => request.cost = parse_in_range(value()?, "COST", 1, MAX_COST, "")?,
             Keyword::Now => {
-                request.now_ms =
-                    Some(parse_in_range(value()?, "NOW", 0, MAX_EXACT_MS, " (unix time in milliseconds)")?)
+                request.now_ms = Some(parse_in_range(
+                    value()?,
+                    "NOW",
+                    0,
+                    MAX_EXACT_MS,
+                    " (unix time in milliseconds)",
+                )?)
             }
             Keyword::Details | Keyword::Stamp | Keyword::Oldest | Keyword::Tier => {}
         }
@@ -257,7 +271,9 @@ pub fn parse_refund(argv: &[&[u8]]) -> Result<Refund, ArgError> {
             }
             Some(Keyword::Cost) => {
                 seen_cost = true;
-                let value = rest.next().ok_or_else(|| invalid("syntax error, COST needs a value".to_string()))?;
+                let value = rest
+                    .next()
+                    .ok_or_else(|| invalid("syntax error, COST needs a value".to_string()))?;
                 refund.cost = parse_in_range(value, "COST", 1, MAX_COST, "")?;
             }
             _ => return Err(unknown_option(option, Grammar::Refund)),
@@ -270,7 +286,13 @@ pub fn parse_refund(argv: &[&[u8]]) -> Result<Refund, ArgError> {
 /// TIER 2 ...`), except tier 0's, which are those of a call without `TIER`.
 fn parse_tier(window: &[u8], limit: &[u8], max_limit: i64, number: usize) -> Result<Tier, ArgError> {
     // Built on the error path only: a valid call allocates nothing.
-    let name = |argument: &str| if number == 0 { argument.to_string() } else { format!("{argument} of TIER {number}") };
+    let name = |argument: &str| {
+        if number == 0 {
+            argument.to_string()
+        } else {
+            format!("{argument} of TIER {number}")
+        }
+    };
     let window_ms = in_range(window, 1, MAX_EXACT_MS)
         .ok_or_else(|| range_error(&name("window"), 1, MAX_EXACT_MS, " (milliseconds)"))?;
     let limit = in_range(limit, 0, max_limit).ok_or_else(|| range_error(&name("limit"), 0, max_limit, ""))?;
@@ -335,7 +357,10 @@ fn unknown_option(option: &[u8], grammar: Grammar) -> ArgError {
         Grammar::Peek => "TIER, COST, NOW or OLDEST",
         Grammar::Refund => "COST",
     };
-    invalid(format!("syntax error, unknown option '{}' (expected {expected})", printable(option)))
+    invalid(format!(
+        "syntax error, unknown option '{}' (expected {expected})",
+        printable(option)
+    ))
 }
 
 /// Error text for an integer argument out of its range, or not an integer at all.
@@ -387,7 +412,13 @@ fn printable(bytes: &[u8]) -> String {
     let mut text: String = bytes
         .iter()
         .take(MAX_ECHO)
-        .map(|&b| if (0x20..0x7f).contains(&b) && b != b'\'' { b as char } else { '?' })
+        .map(|&b| {
+            if (0x20..0x7f).contains(&b) && b != b'\'' {
+                b as char
+            } else {
+                '?'
+            }
+        })
         .collect();
     if bytes.len() > MAX_ECHO {
         text.push_str("...");
@@ -422,8 +453,21 @@ mod tests {
             assert_eq!(parse_i64(good.as_bytes()), good.parse::<i64>().ok(), "{good}");
         }
         for bad in [
-            "", "-", "+1", " 1", "1 ", "01", "-0", "00", "1.0", "1e3", "0x10", "9223372036854775808",
-            "-9223372036854775809", "١", "1_000",
+            "",
+            "-",
+            "+1",
+            " 1",
+            "1 ",
+            "01",
+            "-0",
+            "00",
+            "1.0",
+            "1e3",
+            "0x10",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "١",
+            "1_000",
         ] {
             assert_eq!(parse_i64(bad.as_bytes()), None, "{bad:?} must be rejected");
         }
@@ -435,7 +479,10 @@ mod tests {
         assert_eq!(
             request,
             Request {
-                tiers: Tiers::one(Tier { window_ms: 1000, limit: 10 }),
+                tiers: Tiers::one(Tier {
+                    window_ms: 1000,
+                    limit: 10
+                }),
                 cost: 1,
                 now_ms: None,
                 details: false,
@@ -487,11 +534,13 @@ mod tests {
         assert!(error_text(Command::Allow, "X k 1 1 FOO").contains("unknown option 'FOO'"));
         assert!(error_text(Command::Peek, "X k 1 1 DETAILS").contains("expected TIER, COST, NOW or OLDEST"));
         assert!(error_text(Command::Allow, "X k 1 1 FOO").contains("expected TIER, COST, NOW, DETAILS or STAMP"));
-        assert!(error_text(Command::Peek, "X k 1 1 STAMP").contains("unknown option 'STAMP' (expected TIER, COST, NOW or OLDEST)"));
+        assert!(error_text(Command::Peek, "X k 1 1 STAMP")
+            .contains("unknown option 'STAMP' (expected TIER, COST, NOW or OLDEST)"));
         assert!(run(Command::Peek, "X k 1 1 oldest").unwrap().oldest);
         assert!(!run(Command::Peek, "X k 1 1").unwrap().oldest);
         assert!(error_text(Command::Peek, "X k 1 1 OLDEST OLDEST").contains("OLDEST is given more than once"));
-        assert!(error_text(Command::Allow, "X k 1 1 OLDEST").contains("unknown option 'OLDEST' (expected TIER, COST, NOW, DETAILS or STAMP)"));
+        assert!(error_text(Command::Allow, "X k 1 1 OLDEST")
+            .contains("unknown option 'OLDEST' (expected TIER, COST, NOW, DETAILS or STAMP)"));
         assert!(error_text(Command::Allow, "X k 1 1 STAMP stamp").contains("STAMP is given more than once"));
         assert!(run(Command::Allow, "X k 1 1 stamp DETAILS").unwrap().stamp);
         assert!(!run(Command::Allow, "X k 1 1 DETAILS").unwrap().stamp);
@@ -511,7 +560,10 @@ mod tests {
         assert_eq!(a.tiers.longest_window_ms(), 60000);
         assert_eq!((a.cost, a.details), (2, true));
         // The same tier twice is allowed (it changes nothing).
-        assert_eq!(tiers(&run(Command::Peek, "X k 5 1 TIER 5 1").unwrap()), [(5, 1), (5, 1)]);
+        assert_eq!(
+            tiers(&run(Command::Peek, "X k 5 1 TIER 5 1").unwrap()),
+            [(5, 1), (5, 1)]
+        );
     }
 
     #[test]
@@ -535,18 +587,32 @@ mod tests {
             error_text(Command::Allow, "X k 1 1 TIER 10 5 TIER 10 -1"),
             "limit of TIER 2 must be an integer from 0 to 1000000"
         );
-        assert_eq!(error_text(Command::Allow, "X k 1 1 TIER 10"), "syntax error, TIER needs a window and a limit");
-        assert_eq!(error_text(Command::Peek, "X k 1 1 TIER"), "syntax error, TIER needs a window and a limit");
+        assert_eq!(
+            error_text(Command::Allow, "X k 1 1 TIER 10"),
+            "syntax error, TIER needs a window and a limit"
+        );
+        assert_eq!(
+            error_text(Command::Peek, "X k 1 1 TIER"),
+            "syntax error, TIER needs a window and a limit"
+        );
         // An option word in a value's place is read as the value.
         assert_eq!(
             error_text(Command::Allow, "X k 1 1 TIER 10 COST 2"),
             "limit of TIER 1 must be an integer from 0 to 1000000"
         );
         // Tier 0 keeps the texts of a call without TIER.
-        assert_eq!(error_text(Command::Allow, "X k 0 1 TIER 10 5"), "window must be an integer from 1 to 9007199254740991 (milliseconds)");
+        assert_eq!(
+            error_text(Command::Allow, "X k 0 1 TIER 10 5"),
+            "window must be an integer from 1 to 9007199254740991 (milliseconds)"
+        );
         let owned = args("X k 10 5 TIER 20 51");
         let argv: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-        assert_eq!(parse(Command::Allow, &argv, 50), Err(ArgError::Invalid("limit of TIER 1 must be an integer from 0 to 50".into())));
+        assert_eq!(
+            parse(Command::Allow, &argv, 50),
+            Err(ArgError::Invalid(
+                "limit of TIER 1 must be an integer from 0 to 50".into()
+            ))
+        );
     }
 
     #[test]
@@ -574,9 +640,27 @@ mod tests {
 
     #[test]
     fn refund_grammar() {
-        assert_eq!(refund("R k 1700000000000"), Ok(Refund { stamp_ms: 1_700_000_000_000, cost: 1 }));
-        assert_eq!(refund("R k 0 cost 1000000"), Ok(Refund { stamp_ms: 0, cost: 1_000_000 }));
-        assert_eq!(refund("R k 9007199254740991 COST 1"), Ok(Refund { stamp_ms: MAX_EXACT_MS, cost: 1 }));
+        assert_eq!(
+            refund("R k 1700000000000"),
+            Ok(Refund {
+                stamp_ms: 1_700_000_000_000,
+                cost: 1
+            })
+        );
+        assert_eq!(
+            refund("R k 0 cost 1000000"),
+            Ok(Refund {
+                stamp_ms: 0,
+                cost: 1_000_000
+            })
+        );
+        assert_eq!(
+            refund("R k 9007199254740991 COST 1"),
+            Ok(Refund {
+                stamp_ms: MAX_EXACT_MS,
+                cost: 1
+            })
+        );
         assert_eq!(refund("R k"), Err(ArgError::Arity));
         let stamp = "stamp must be an integer from 0 to 9007199254740991 (unix time in milliseconds)";
         for bad in ["R k -1", "R k 9007199254740992", "R k 1.5", "R k x", "R k 01", "R k  1"] {
@@ -586,9 +670,20 @@ mod tests {
         for bad in ["R k 5 COST 0", "R k 5 COST 1000001", "R k 5 COST -1", "R k 5 COST NOW"] {
             assert_eq!(refund(bad), Err(ArgError::Invalid(cost.into())), "{bad}");
         }
-        assert_eq!(refund("R k 5 COST"), Err(ArgError::Invalid("syntax error, COST needs a value".into())));
-        assert_eq!(refund("R k 5 COST 1 cost 2"), Err(ArgError::Invalid("syntax error, COST is given more than once".into())));
-        for (bad, token) in [("R k 5 NOW 1", "NOW"), ("R k 5 STAMP", "STAMP"), ("R k 5 COST 1 2", "2"), ("R k 5 TIER 1 1", "TIER")] {
+        assert_eq!(
+            refund("R k 5 COST"),
+            Err(ArgError::Invalid("syntax error, COST needs a value".into()))
+        );
+        assert_eq!(
+            refund("R k 5 COST 1 cost 2"),
+            Err(ArgError::Invalid("syntax error, COST is given more than once".into()))
+        );
+        for (bad, token) in [
+            ("R k 5 NOW 1", "NOW"),
+            ("R k 5 STAMP", "STAMP"),
+            ("R k 5 COST 1 2", "2"),
+            ("R k 5 TIER 1 1", "TIER"),
+        ] {
             let expected = format!("syntax error, unknown option '{token}' (expected COST)");
             assert_eq!(refund(bad), Err(ArgError::Invalid(expected)), "{bad}");
         }

@@ -52,7 +52,9 @@ pub extern "C" fn refund(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Red
             Ok(request) => request,
             Err(error) => return refuse(ctx, error),
         };
-        let Some(mut key) = open_window(ctx, strings[1], true) else { return };
+        let Some(mut key) = open_window(ctx, strings[1], true) else {
+            return;
+        };
         let removed = window::refund(&mut key, request.stamp_ms, request.cost);
         key.commit_removal();
         drop(key);
@@ -130,7 +132,11 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
 
 /// Opens the window at `name` (an argument of this call), or answers
 /// WRONGTYPE, counted as an error, and gives `None`.
-fn open_window(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, writable: bool) -> Option<store::Window> {
+fn open_window(
+    ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    writable: bool,
+) -> Option<store::Window> {
     // SAFETY: `ctx` and `name` belong to the call being executed.
     match unsafe { store::open(ctx, name, writable) } {
         Opened::Ready(window) => Some(window),
@@ -202,7 +208,9 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
 
     let server_ms = unsafe { api!(RedisModule_Milliseconds)() };
     let now_ms = request.now_ms.unwrap_or(server_ms);
-    let Some(mut key) = open_window(ctx, strings[1], command == Command::Allow) else { return };
+    let Some(mut key) = open_window(ctx, strings[1], command == Command::Allow) else {
+        return;
+    };
 
     match command {
         Command::Allow => {
@@ -264,7 +272,13 @@ fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: boo
         if tiered {
             api!(RedisModule_ReplyWithArray)(ctx, decision.tiers().len() as _);
             for tier in decision.tiers() {
-                let fields = [tier.window_ms, tier.limit, tier.remaining, tier.retry_after_ms, tier.reset_after_ms];
+                let fields = [
+                    tier.window_ms,
+                    tier.limit,
+                    tier.remaining,
+                    tier.retry_after_ms,
+                    tier.reset_after_ms,
+                ];
                 api!(RedisModule_ReplyWithArray)(ctx, fields.len() as _);
                 for field in fields {
                     api!(RedisModule_ReplyWithLongLong)(ctx, field);

@@ -39,7 +39,10 @@ pub struct LoadArguments {
 
 /// Parses the load arguments: `[MAX-LIMIT n] [STORAGE zset|compact]`, in any order.
 pub fn parse_load_arguments(args: &[&[u8]]) -> Result<LoadArguments, String> {
-    let mut parsed = LoadArguments { max_limit: DEFAULT_MAX_LIMIT, storage: Storage::Zset };
+    let mut parsed = LoadArguments {
+        max_limit: DEFAULT_MAX_LIMIT,
+        storage: Storage::Zset,
+    };
     let (mut seen_max_limit, mut seen_storage) = (false, false);
     let mut rest = args.iter();
     while let Some(name) = rest.next() {
@@ -90,9 +93,15 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, from_args: LoadArguments) -> Resu
     store::set_creation_form(from_args.storage);
     // SAFETY: reading the function pointers the server filled in at load.
     let (register_numeric, register_enum, load_configs) = unsafe {
-        (raw::RedisModule_RegisterNumericConfig, raw::RedisModule_RegisterEnumConfig, raw::RedisModule_LoadConfigs)
+        (
+            raw::RedisModule_RegisterNumericConfig,
+            raw::RedisModule_RegisterEnumConfig,
+            raw::RedisModule_LoadConfigs,
+        )
     };
-    let (Some(register_numeric), Some(register_enum), Some(load_configs)) = (register_numeric, register_enum, load_configs) else {
+    let (Some(register_numeric), Some(register_enum), Some(load_configs)) =
+        (register_numeric, register_enum, load_configs)
+    else {
         return Ok(Registered::LoadArgumentOnly);
     };
     // SAFETY: `ctx` is the load context; the name is a NUL-terminated static;
@@ -180,7 +189,11 @@ extern "C" fn set_storage(
     _privdata: *mut c_void,
     err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
-    let storage = if value == Storage::Compact as c_int { Storage::Compact } else { Storage::Zset };
+    let storage = if value == Storage::Compact as c_int {
+        Storage::Compact
+    } else {
+        Storage::Zset
+    };
     if storage == Storage::Compact && !compact::registered() {
         if !err.is_null() {
             // SAFETY: the server frees the error string it is handed.
@@ -215,11 +228,20 @@ mod tests {
         assert_eq!(parse_all("").unwrap().storage, Storage::Zset);
         assert_eq!(parse_all("STORAGE compact").unwrap().storage, Storage::Compact);
         let both = parse_all("storage ZSET MAX-LIMIT 7").unwrap();
-        assert_eq!(both, LoadArguments { max_limit: 7, storage: Storage::Zset });
+        assert_eq!(
+            both,
+            LoadArguments {
+                max_limit: 7,
+                storage: Storage::Zset
+            }
+        );
         for bad in ["STORAGE", "STORAGE list", "STORAGE 1"] {
             assert_eq!(parse_all(bad), Err("STORAGE must be zset or compact".into()), "{bad}");
         }
-        assert_eq!(parse_all("STORAGE zset STORAGE compact"), Err("STORAGE is given more than once".into()));
+        assert_eq!(
+            parse_all("STORAGE zset STORAGE compact"),
+            Err("STORAGE is given more than once".into())
+        );
     }
 
     #[test]
@@ -229,10 +251,23 @@ mod tests {
         assert_eq!(parse("max-limit 1000000000"), Ok(1_000_000_000));
         assert_eq!(parse("MAX-LIMIT 1"), Ok(1));
         let range = "MAX-LIMIT must be an integer from 1 to 1000000000";
-        for bad in ["MAX-LIMIT", "MAX-LIMIT 0", "MAX-LIMIT 1000000001", "MAX-LIMIT -1", "MAX-LIMIT 1e3", "MAX-LIMIT +5"] {
+        for bad in [
+            "MAX-LIMIT",
+            "MAX-LIMIT 0",
+            "MAX-LIMIT 1000000001",
+            "MAX-LIMIT -1",
+            "MAX-LIMIT 1e3",
+            "MAX-LIMIT +5",
+        ] {
             assert_eq!(parse(bad), Err(range.to_string()), "{bad}");
         }
-        assert_eq!(parse("MAX-LIMIT 5 MAX-LIMIT 6"), Err("MAX-LIMIT is given more than once".into()));
-        assert_eq!(parse("LIMIT 5"), Err("unknown load argument 'LIMIT' (expected MAX-LIMIT n or STORAGE zset|compact)".into()));
+        assert_eq!(
+            parse("MAX-LIMIT 5 MAX-LIMIT 6"),
+            Err("MAX-LIMIT is given more than once".into())
+        );
+        assert_eq!(
+            parse("LIMIT 5"),
+            Err("unknown load argument 'LIMIT' (expected MAX-LIMIT n or STORAGE zset|compact)".into())
+        );
     }
 }

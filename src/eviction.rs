@@ -68,7 +68,10 @@ fn quietly(body: impl FnOnce()) {
 /// Subscribes to what the server offers (call from `OnLoad`, after the
 /// compact type is registered) and warns if the eviction policy can evict windows.
 pub fn subscribe(ctx: *mut raw::RedisModuleCtx) {
-    let key_event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_KEY, dataver: 1 };
+    let key_event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_KEY,
+        dataver: 1,
+    };
     // SAFETY: reading the API table, then calling it with the load context.
     unsafe {
         let supported = raw::RedisModule_IsSubEventSupported
@@ -82,7 +85,10 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) {
                 subscribe(ctx, raw::REDISMODULE_NOTIFY_EVICTED, Some(evicted_event));
             }
         }
-        let config_event = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_CONFIG, dataver: 1 };
+        let config_event = raw::RedisModuleEvent {
+            id: raw::REDISMODULE_EVENT_CONFIG,
+            dataver: 1,
+        };
         let config_supported = raw::RedisModule_IsSubEventSupported
             .is_some_and(|supported| supported(config_event, raw::REDISMODULE_SUBEVENT_CONFIG_CHANGE) != 0);
         if config_supported {
@@ -95,7 +101,12 @@ pub fn subscribe(ctx: *mut raw::RedisModuleCtx) {
 }
 
 /// The `Key` event (7.2+): the key is still in place, readable.
-extern "C" fn key_removed(ctx: *mut raw::RedisModuleCtx, _event: raw::RedisModuleEvent, subevent: u64, data: *mut c_void) {
+extern "C" fn key_removed(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
     if subevent != raw::REDISMODULE_SUBEVENT_KEY_EVICTED || data.is_null() {
         return;
     }
@@ -107,7 +118,11 @@ extern "C" fn key_removed(ctx: *mut raw::RedisModuleCtx, _event: raw::RedisModul
         if raw_key.is_null() {
             return;
         }
-        let key = ManuallyDrop::new(Key { ctx, raw: raw_key, name: std::ptr::null_mut() });
+        let key = ManuallyDrop::new(Key {
+            ctx,
+            raw: raw_key,
+            name: std::ptr::null_mut(),
+        });
         if compact::is_ours(&key) || is_zset_window(&key) {
             window_evicted(ctx);
         }
@@ -158,7 +173,12 @@ pub extern "C" fn compact_unlinked(key: *mut raw::RedisModuleString, _value: *co
 
 /// The `evicted` keyspace event (6.2 and 7.0): the key is gone; it was a
 /// compact window if the compact type's `unlink` named it just before.
-extern "C" fn evicted_event(ctx: *mut raw::RedisModuleCtx, _type: c_int, _event: *const c_char, key: *mut raw::RedisModuleString) -> c_int {
+extern "C" fn evicted_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
+    _event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
     quietly(|| {
         let matched = LAST_UNLINKED.lock().is_ok_and(|mut last| {
             let matched = last.0 == key as usize && last.1 == bytes_of(key);
@@ -184,7 +204,14 @@ fn window_evicted(ctx: *mut raw::RedisModuleCtx) {
     } else if !TIMER_PENDING.swap(true, Relaxed) {
         // SAFETY: a timer on the main thread; its callback takes no data.
         let created = unsafe {
-            raw::RedisModule_CreateTimer.map(|create| create(ctx, (LOG_INTERVAL_MS - since_last_ms) as raw::mstime_t, Some(log_pending), std::ptr::null_mut()))
+            raw::RedisModule_CreateTimer.map(|create| {
+                create(
+                    ctx,
+                    (LOG_INTERVAL_MS - since_last_ms) as raw::mstime_t,
+                    Some(log_pending),
+                    std::ptr::null_mut(),
+                )
+            })
         };
         if created.is_none() {
             TIMER_PENDING.store(false, Relaxed);
@@ -206,8 +233,16 @@ fn log_evictions(now_ms: i64, total: u64) {
         return;
     }
     let first = LAST_LOG_MS.swap(now_ms, Relaxed) == 0;
-    let what = if count == 1 { "1 rate-limit window was".to_string() } else { format!("{count} rate-limit windows were") };
-    let when = if first { String::new() } else { " in the last minute".to_string() };
+    let what = if count == 1 {
+        "1 rate-limit window was".to_string()
+    } else {
+        format!("{count} rate-limit windows were")
+    };
+    let when = if first {
+        String::new()
+    } else {
+        " in the last minute".to_string()
+    };
     redis_module::logging::log_warning(format!(
         "xcloak: {what} evicted{when} ({total} since load, INFO xcloak xcloak_evicted): each identity whose \
          window was evicted starts again with its full limit. Give the server more maxmemory, or run \
@@ -217,7 +252,12 @@ fn log_evictions(now_ms: i64, total: u64) {
 
 /// `CONFIG SET` (7.0+): warns again if the eviction policy changed to one
 /// that evicts windows.
-extern "C" fn config_changed(ctx: *mut raw::RedisModuleCtx, _event: raw::RedisModuleEvent, _subevent: u64, data: *mut c_void) {
+extern "C" fn config_changed(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
     if data.is_null() {
         return;
     }
@@ -226,7 +266,10 @@ extern "C" fn config_changed(ctx: *mut raw::RedisModuleCtx, _event: raw::RedisMo
         // listing `num_changes` NUL-terminated names.
         let change = unsafe { &*(data as *const raw::RedisModuleConfigChangeV1) };
         let names = unsafe { std::slice::from_raw_parts(change.config_names, change.num_changes as usize) };
-        if names.iter().any(|&name| !name.is_null() && unsafe { CStr::from_ptr(name) }.to_bytes() == b"maxmemory-policy") {
+        if names
+            .iter()
+            .any(|&name| !name.is_null() && unsafe { CStr::from_ptr(name) }.to_bytes() == b"maxmemory-policy")
+        {
             warn_about_policy(ctx, "after CONFIG SET");
         }
     });
@@ -261,7 +304,11 @@ fn maxmemory_policy(ctx: *mut raw::RedisModuleCtx) -> Option<String> {
     // SAFETY: the server info is read and freed here; the field's text is
     // copied before the free.
     unsafe {
-        let (get, field, free) = (raw::RedisModule_GetServerInfo?, raw::RedisModule_ServerInfoGetFieldC?, raw::RedisModule_FreeServerInfo?);
+        let (get, field, free) = (
+            raw::RedisModule_GetServerInfo?,
+            raw::RedisModule_ServerInfoGetFieldC?,
+            raw::RedisModule_FreeServerInfo?,
+        );
         let info = get(ctx, c"memory".as_ptr());
         if info.is_null() {
             return None;
@@ -279,9 +326,20 @@ mod tests {
 
     #[test]
     fn policies_that_evict_windows_are_named() {
-        for policy in ["allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"] {
+        for policy in [
+            "allkeys-lru",
+            "allkeys-lfu",
+            "allkeys-random",
+            "volatile-lru",
+            "volatile-lfu",
+            "volatile-random",
+            "volatile-ttl",
+        ] {
             let warning = policy_warning(policy).unwrap_or_else(|| panic!("{policy} can evict windows"));
-            assert!(warning.starts_with(&format!("maxmemory-policy is {policy}: ")), "{warning}");
+            assert!(
+                warning.starts_with(&format!("maxmemory-policy is {policy}: ")),
+                "{warning}"
+            );
         }
         assert!(policy_warning("allkeys-lru").unwrap().contains("any key"));
         assert!(policy_warning("volatile-ttl").unwrap().contains("TTL"));

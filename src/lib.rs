@@ -136,7 +136,11 @@ mod module {
         ];
         // The form new keys take, and whether the compact type is registered.
         let storage = std::ffi::CString::new(store::creation_form().name()).unwrap_or_default();
-        let compact_type = if compact::registered() { c"registered" } else { c"not-registered" };
+        let compact_type = if compact::registered() {
+            c"registered"
+        } else {
+            c"not-registered"
+        };
         // SAFETY: `ctx` is the info context the server passed to this callback.
         unsafe {
             raw::RedisModule_InfoAddSection.expect("InfoAddSection")(ctx, c"stats".as_ptr());
@@ -147,7 +151,11 @@ mod module {
             }
             add_text(ctx, c"storage".as_ptr(), storage.as_ptr() as *mut _);
             add_text(ctx, c"compact_type".as_ptr(), compact_type.as_ptr() as *mut _);
-            add_text(ctx, c"evicted_forms".as_ptr(), eviction::counted_forms().as_ptr() as *mut _);
+            add_text(
+                ctx,
+                c"evicted_forms".as_ptr(),
+                eviction::counted_forms().as_ptr() as *mut _,
+            );
         }
     }
 }

@@ -53,7 +53,15 @@ pub struct Arg {
 impl Arg {
     /// A required argument with no token, no repeat, no block (the base of the constants below).
     const fn plain(name: &'static CStr, kind: Kind, summary: &'static CStr) -> Arg {
-        Arg { name, kind, token: None, summary, optional: false, repeats: false, block: &[] }
+        Arg {
+            name,
+            kind,
+            token: None,
+            summary,
+            optional: false,
+            repeats: false,
+            block: &[],
+        }
     }
 }
 
@@ -80,16 +88,31 @@ impl Kind {
     }
 }
 
-const KEY: Arg = Arg::plain(c"key", Kind::Key, c"The window's log (one per client identity): a sorted set, or the compact type xcloaklog.");
-const WINDOW: Arg = Arg::plain(c"window", Kind::Integer, c"Window length in milliseconds, 1 to 9007199254740991.");
-const LIMIT: Arg =
-    Arg::plain(c"limit", Kind::Integer, c"Most units admitted per window, 0 to xcloak.max-limit (default 1000000).");
+const KEY: Arg = Arg::plain(
+    c"key",
+    Kind::Key,
+    c"The window's log (one per client identity): a sorted set, or the compact type xcloaklog.",
+);
+const WINDOW: Arg = Arg::plain(
+    c"window",
+    Kind::Integer,
+    c"Window length in milliseconds, 1 to 9007199254740991.",
+);
+const LIMIT: Arg = Arg::plain(
+    c"limit",
+    Kind::Integer,
+    c"Most units admitted per window, 0 to xcloak.max-limit (default 1000000).",
+);
 const TIER: Arg = Arg {
     token: Some(c"TIER"),
     optional: true,
     repeats: true,
     block: &[
-        Arg::plain(c"window", Kind::Integer, c"This tier's window in milliseconds, 1 to 9007199254740991."),
+        Arg::plain(
+            c"window",
+            Kind::Integer,
+            c"This tier's window in milliseconds, 1 to 9007199254740991.",
+        ),
         Arg::plain(c"limit", Kind::Integer, c"This tier's limit, 0 to xcloak.max-limit."),
     ],
     ..Arg::plain(
@@ -101,7 +124,11 @@ const TIER: Arg = Arg {
 const COST: Arg = Arg {
     token: Some(c"COST"),
     optional: true,
-    ..Arg::plain(c"cost", Kind::Integer, c"Units this request consumes, 1 to 1000000 (default 1); all or nothing.")
+    ..Arg::plain(
+        c"cost",
+        Kind::Integer,
+        c"Units this request consumes, 1 to 1000000 (default 1); all or nothing.",
+    )
 };
 const NOW: Arg = Arg {
     token: Some(c"NOW"),
@@ -195,7 +222,11 @@ when the stamp is not the newest).",
         Arg {
             token: Some(c"COST"),
             optional: true,
-            ..Arg::plain(c"cost", Kind::Integer, c"Units to give back, 1 to 1000000 (default 1); never more than that stamp holds.")
+            ..Arg::plain(
+                c"cost",
+                Kind::Integer,
+                c"Units to give back, 1 to 1000000 (default 1); never more than that stamp holds.",
+            )
         },
     ],
 };
@@ -254,7 +285,11 @@ pub fn describe(ctx: *mut raw::RedisModuleCtx, doc: &CommandDoc) -> Result<Appli
     let mut applied = Applied::default();
     // SAFETY: reading the function pointers the server filled in at load.
     let (get_command, set_info, set_acl) = unsafe {
-        (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo, raw::RedisModule_SetCommandACLCategories)
+        (
+            raw::RedisModule_GetCommand,
+            raw::RedisModule_SetCommandInfo,
+            raw::RedisModule_SetCommandACLCategories,
+        )
     };
     let Some(get_command) = get_command else {
         return Ok(applied); // Redis 6.2: no command handles, no docs.
@@ -347,7 +382,11 @@ fn server_args(args: &[Arg], held: &mut Held) -> *mut raw::RedisModuleCommandArg
                 since: ptr::null(),
                 flags: flags as c_int,
                 deprecated_since: ptr::null(),
-                subargs: if arg.block.is_empty() { ptr::null_mut() } else { server_args(arg.block, held) },
+                subargs: if arg.block.is_empty() {
+                    ptr::null_mut()
+                } else {
+                    server_args(arg.block, held)
+                },
                 display_text: ptr::null(),
             }
         })

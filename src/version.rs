@@ -44,7 +44,10 @@ pub const fn encode(version: &str) -> i32 {
         i += 1;
     }
     assert!(part == 2 && digits > 0, "version must be major.minor.patch");
-    assert!(parts[1] < 100 && parts[2] < 100, "minor and patch must be below 100 to encode");
+    assert!(
+        parts[1] < 100 && parts[2] < 100,
+        "minor and patch must be below 100 to encode"
+    );
     let encoded = parts[0] * 10000 + parts[1] * 100 + parts[2];
     assert!(encoded <= i32::MAX as i64, "major too large to encode");
     encoded as i32
@@ -66,13 +69,29 @@ mod tests {
 
     #[test]
     fn cargo_version_is_encoded() {
-        let parts: Vec<i32> = TEXT.split(['-', '+']).next().unwrap().split('.').map(|p| p.parse().unwrap()).collect();
+        let parts: Vec<i32> = TEXT
+            .split(['-', '+'])
+            .next()
+            .unwrap()
+            .split('.')
+            .map(|p| p.parse().unwrap())
+            .collect();
         assert_eq!(ENCODED, parts[0] * 10000 + parts[1] * 100 + parts[2]);
     }
 
     #[test]
     fn refuses_what_it_cannot_encode() {
-        for bad in ["1.2", "1.2.3.4", "1..3", "1.100.0", "1.2.100", "a.b.c", "", "1.2.", "214749.0.0"] {
+        for bad in [
+            "1.2",
+            "1.2.3.4",
+            "1..3",
+            "1.100.0",
+            "1.2.100",
+            "a.b.c",
+            "",
+            "1.2.",
+            "214749.0.0",
+        ] {
             assert!(std::panic::catch_unwind(|| encode(bad)).is_err(), "{bad}");
         }
     }

@@ -110,7 +110,11 @@ fn decide<L: Log>(log: &mut L, request: &Request, now_ms: i64, count_all: bool) 
     let mut allowed = true;
     for (count, tier) in live.iter_mut().zip(request.tiers.iter()) {
         // After the trim every entry is live in the longest window.
-        *count = if tier.window_ms == longest_ms { len } else { len - log.count_expired(now_ms - tier.window_ms) };
+        *count = if tier.window_ms == longest_ms {
+            len
+        } else {
+            len - log.count_expired(now_ms - tier.window_ms)
+        };
         allowed &= fits(*count, tier, request.cost);
         if !allowed && !count_all {
             break; // the verdict is known; the counts are for DETAILS only
@@ -129,7 +133,11 @@ pub fn peek<L: Log>(log: &L, request: &Request, now_ms: i64) -> Decision {
     for (count, tier) in live.iter_mut().zip(request.tiers.iter()) {
         *count = len - log.count_expired(now_ms - tier.window_ms);
     }
-    let allowed = request.tiers.iter().zip(live).all(|(tier, count)| fits(count, tier, request.cost));
+    let allowed = request
+        .tiers
+        .iter()
+        .zip(live)
+        .all(|(tier, count)| fits(count, tier, request.cost));
     describe(log, request, now_ms, allowed, false, &live)
 }
 
@@ -147,9 +155,18 @@ fn fits(live: u64, tier: &Tier, cost: i64) -> bool {
 fn bare(request: &Request, allowed: bool) -> Decision {
     let mut fields = [TierFields::default(); MAX_TIERS];
     for (field, tier) in fields.iter_mut().zip(request.tiers.iter()) {
-        *field = TierFields { window_ms: tier.window_ms, limit: tier.limit, ..TierFields::default() };
+        *field = TierFields {
+            window_ms: tier.window_ms,
+            limit: tier.limit,
+            ..TierFields::default()
+        };
     }
-    Decision { allowed, binding: 0, fields, len: request.tiers.len() }
+    Decision {
+        allowed,
+        binding: 0,
+        fields,
+        len: request.tiers.len(),
+    }
 }
 
 /// Every tier's fields, `live_before[i]` being tier `i`'s live entries before
@@ -166,7 +183,15 @@ fn describe<L: Log>(
     let cost = request.cost;
     let added = if recorded { cost as u64 } else { 0 };
     // The newest entry is live in every tier where anything is live.
-    let newest = if live_before.iter().take(request.tiers.len()).any(|&live| live + added > 0) { log.newest() } else { None };
+    let newest = if live_before
+        .iter()
+        .take(request.tiers.len())
+        .any(|&live| live + added > 0)
+    {
+        log.newest()
+    } else {
+        None
+    };
     let mut decision = bare(request, allowed);
     let mut violated = [false; MAX_TIERS];
     let tiers = request.tiers.iter().zip(live_before).zip(&mut violated);
@@ -185,7 +210,8 @@ fn describe<L: Log>(
             // live, so its stamp is above the cutoff and the wait is at least
             // 1 ms, even after a clock step back.
             let blocking = live + cost as u64 - tier.limit as u64;
-            log.nth_live(cutoff_ms, blocking).map_or(0, |stamp| stamp + tier.window_ms - now_ms)
+            log.nth_live(cutoff_ms, blocking)
+                .map_or(0, |stamp| stamp + tier.window_ms - now_ms)
         };
         field.reset_after_ms = match newest {
             Some(stamp) if live_after > 0 => (stamp + tier.window_ms - now_ms).max(0),
@@ -198,7 +224,13 @@ fn describe<L: Log>(
 
 /// Index of the binding tier (see [`Decision::binding`]).
 fn binding(tiers: &[TierFields], allowed: bool, violated: &[bool; MAX_TIERS]) -> usize {
-    let wait = |field: &TierFields| if field.retry_after_ms < 0 { i64::MAX } else { field.retry_after_ms };
+    let wait = |field: &TierFields| {
+        if field.retry_after_ms < 0 {
+            i64::MAX
+        } else {
+            field.retry_after_ms
+        }
+    };
     let mut best: Option<usize> = None;
     for (i, field) in tiers.iter().enumerate() {
         let better = match best {
@@ -246,7 +278,9 @@ pub(crate) mod tests {
         }
         fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
             let end = self.0.partition_point(|&s| s <= stamp_ms);
-            let start = self.0[..end].partition_point(|&s| s < stamp_ms).max(end.saturating_sub(count as usize));
+            let start = self.0[..end]
+                .partition_point(|&s| s < stamp_ms)
+                .max(end.saturating_sub(count as usize));
             self.0.drain(start..end);
             (end - start) as u64
         }
@@ -257,22 +291,41 @@ pub(crate) mod tests {
     }
 
     fn tiered(tiers: &[(i64, i64)], cost: i64) -> Request {
-        let mut list = Tiers::one(Tier { window_ms: tiers[0].0, limit: tiers[0].1 });
+        let mut list = Tiers::one(Tier {
+            window_ms: tiers[0].0,
+            limit: tiers[0].1,
+        });
         for &(window_ms, limit) in &tiers[1..] {
             assert!(list.push(Tier { window_ms, limit }));
         }
-        Request { tiers: list, cost, now_ms: None, details: true, stamp: false, oldest: false }
+        Request {
+            tiers: list,
+            cost,
+            now_ms: None,
+            details: true,
+            stamp: false,
+            oldest: false,
+        }
     }
 
     /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`: the reply's first five.
     fn five(d: &Decision) -> [i64; 5] {
         let b = d.binding();
-        [d.allowed as i64, b.limit, b.remaining, b.retry_after_ms, b.reset_after_ms]
+        [
+            d.allowed as i64,
+            b.limit,
+            b.remaining,
+            b.retry_after_ms,
+            b.reset_after_ms,
+        ]
     }
 
     /// `[window, limit, remaining, retry_after_ms, reset_after_ms]` per tier.
     fn per_tier(d: &Decision) -> Vec<[i64; 5]> {
-        d.tiers().iter().map(|t| [t.window_ms, t.limit, t.remaining, t.retry_after_ms, t.reset_after_ms]).collect()
+        d.tiers()
+            .iter()
+            .map(|t| [t.window_ms, t.limit, t.remaining, t.retry_after_ms, t.reset_after_ms])
+            .collect()
     }
 
     #[test]
@@ -334,7 +387,11 @@ pub(crate) mod tests {
         let done = allow(&mut log, &r, 12, true);
         assert_eq!(looked.allowed, done.allowed);
         assert_eq!(looked.binding().retry_after_ms, done.binding().retry_after_ms);
-        assert_eq!(looked.binding().remaining, done.binding().remaining + 1, "allow consumed one");
+        assert_eq!(
+            looked.binding().remaining,
+            done.binding().remaining + 1,
+            "allow consumed one"
+        );
     }
 
     #[test]
@@ -354,7 +411,10 @@ pub(crate) mod tests {
         // The clock steps back 500 ms: both entries are still live (in the future).
         let d = allow(&mut log, &r, 500, true);
         assert!(!d.allowed);
-        assert!(d.binding().retry_after_ms > 0 && d.binding().reset_after_ms > 0, "{d:?}");
+        assert!(
+            d.binding().retry_after_ms > 0 && d.binding().reset_after_ms > 0,
+            "{d:?}"
+        );
         assert_eq!(log.0, [1000, 1050], "nothing lost");
     }
 
@@ -411,7 +471,14 @@ pub(crate) mod tests {
         let mut log = VecLog::default();
         let r = tiered(&[(1000, 10), (60_000, 5), (60_000, 5)], 2);
         let d = allow(&mut log, &r, 0, true);
-        assert_eq!(per_tier(&d), [[1000, 10, 8, 0, 1000], [60_000, 5, 3, 0, 60_000], [60_000, 5, 3, 0, 60_000]]);
+        assert_eq!(
+            per_tier(&d),
+            [
+                [1000, 10, 8, 0, 1000],
+                [60_000, 5, 3, 0, 60_000],
+                [60_000, 5, 3, 0, 60_000]
+            ]
+        );
         assert_eq!(d.binding, 1, "ties: the earliest");
         assert_eq!(five(&d), [1, 5, 3, 0, 60_000]);
     }
@@ -485,7 +552,11 @@ pub(crate) mod tests {
         assert_eq!(log.0, [100, 300, 300]);
         // No trim: a refund at a time the entry from 100 has expired still finds it.
         assert_eq!(refund(&mut log, 100, 1), 1);
-        assert_eq!(refund(&mut log, 100, 1), 0, "refunding twice finds nothing the second time");
+        assert_eq!(
+            refund(&mut log, 100, 1),
+            0,
+            "refunding twice finds nothing the second time"
+        );
         assert_eq!(log.0, [300, 300]);
     }
 }

@@ -44,13 +44,19 @@ fn peek(key: &str) -> redis::Cmd {
 fn a_key_pattern_confines_allow_to_its_keys() {
     let server = Server::start();
     let mut admin = server.client();
-    setuser(&mut admin, &["limiter", "on", ">pw", "~rl:*", "+xcloak.allow", "+xcloak.peek"]).unwrap();
+    setuser(
+        &mut admin,
+        &["limiter", "on", ">pw", "~rl:*", "+xcloak.allow", "+xcloak.peek"],
+    )
+    .unwrap();
     let _: () = redis::cmd("SET").arg("other").arg("v").query(&mut admin).unwrap();
     assert_eq!(allow_at(&mut admin, "secret", 60_000, 5, 1_700_000_000_000), 1);
     let before_other = digest(&mut admin);
 
     let mut limiter = login(&server, "limiter");
-    let admitted: Vec<i64> = (0..6).map(|_| allow("rl:client-1").query(&mut limiter).unwrap()).collect();
+    let admitted: Vec<i64> = (0..6)
+        .map(|_| allow("rl:client-1").query(&mut limiter).unwrap())
+        .collect();
     assert_eq!(admitted, [1, 1, 1, 1, 1, 0]);
     let seen: Vec<i64> = peek("rl:client-1").query(&mut limiter).unwrap();
     assert_eq!(&seen[..3], &[0, 5, 0]);
@@ -75,14 +81,22 @@ fn a_key_pattern_confines_allow_to_its_keys() {
 fn a_read_only_user_can_peek_but_not_allow() {
     let server = Server::start();
     let mut admin = server.client();
-    setuser(&mut admin, &["reader", "on", ">pw", "~*", "+xcloak.peek", "-xcloak.allow"]).unwrap();
+    setuser(
+        &mut admin,
+        &["reader", "on", ">pw", "~*", "+xcloak.peek", "-xcloak.allow"],
+    )
+    .unwrap();
     for t in 0..3 {
         assert_eq!(allow_at(&mut admin, "rl:a", 60_000, 5, 1_700_000_000_000 + t), 1);
     }
     let before = digest(&mut admin);
 
     let mut reader = login(&server, "reader");
-    let seen: Vec<i64> = peek("rl:a").arg("NOW").arg(1_700_000_000_010i64).query(&mut reader).unwrap();
+    let seen: Vec<i64> = peek("rl:a")
+        .arg("NOW")
+        .arg(1_700_000_000_010i64)
+        .query(&mut reader)
+        .unwrap();
     assert_eq!(seen, [1, 5, 2, 0, 60_000 - 8]);
     let text = refused(&mut reader, &allow("rl:a"));
     assert!(text.starts_with("NOPERM") && text.contains("xcloak.allow"), "{text}");
@@ -98,17 +112,27 @@ fn a_read_only_user_can_peek_but_not_allow() {
 fn read_only_key_patterns_allow_peek_only() {
     let server = Server::start();
     let mut admin = server.client();
-    let rule = setuser(&mut admin, &["ro", "on", ">pw", "%R~rl:*", "+xcloak.allow", "+xcloak.peek"]);
+    let rule = setuser(
+        &mut admin,
+        &["ro", "on", ">pw", "%R~rl:*", "+xcloak.allow", "+xcloak.peek"],
+    );
     if !at_least_7_0() {
         let err = rule.expect_err("Redis 6.2 has no %R~ key permissions");
-        assert!(err.to_string().contains("Syntax error") || err.to_string().contains("Error in ACL SETUSER"), "{err}");
+        assert!(
+            err.to_string().contains("Syntax error") || err.to_string().contains("Error in ACL SETUSER"),
+            "{err}"
+        );
         return;
     }
     rule.unwrap();
     assert_eq!(allow_at(&mut admin, "rl:a", 60_000, 5, 1_700_000_000_000), 1);
     let before = digest(&mut admin);
     let mut ro = login(&server, "ro");
-    let seen: Vec<i64> = peek("rl:a").arg("NOW").arg(1_700_000_000_000i64).query(&mut ro).unwrap();
+    let seen: Vec<i64> = peek("rl:a")
+        .arg("NOW")
+        .arg(1_700_000_000_000i64)
+        .query(&mut ro)
+        .unwrap();
     assert_eq!(&seen[..3], &[1, 5, 4]);
     let text = refused(&mut ro, &allow("rl:a"));
     assert!(text.starts_with("NOPERM"), "{text}");
@@ -158,31 +182,124 @@ fn the_documented_fallback_user_runs_every_script() {
     rules[2] = ">pw";
     setuser(&mut admin, &rules).unwrap_or_else(|e| panic!("{line}: {e}"));
     let script = |name: &str| -> String {
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lua").join(name)).unwrap()
+        std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src/lua")
+                .join(name),
+        )
+        .unwrap()
     };
-    let (allow_lua, peek_lua, refund_lua) = (script("xcloak_allow.lua"), script("xcloak_peek.lua"), script("xcloak_refund.lua"));
+    let (allow_lua, peek_lua, refund_lua) = (
+        script("xcloak_allow.lua"),
+        script("xcloak_peek.lua"),
+        script("xcloak_refund.lua"),
+    );
     let mut conn = login(&server, "api");
-    let sha = |conn: &mut Connection, text: &str| -> String { redis::cmd("SCRIPT").arg("LOAD").arg(text).query(conn).unwrap() };
+    let sha = |conn: &mut Connection, text: &str| -> String {
+        redis::cmd("SCRIPT").arg("LOAD").arg(text).query(conn).unwrap()
+    };
     let allow_sha = sha(&mut conn, &allow_lua);
     let evalsha = |conn: &mut Connection, eval: &str, sha: &str, args: &[&str]| -> Value {
-        redis::cmd(eval).arg(sha).arg(1).arg(args).query(conn).unwrap_or_else(|e| panic!("{eval} {args:?}: {e}"))
+        redis::cmd(eval)
+            .arg(sha)
+            .arg(1)
+            .arg(args)
+            .query(conn)
+            .unwrap_or_else(|e| panic!("{eval} {args:?}: {e}"))
     };
     // Two admissions in one millisecond (the second reads the slot of the first),
     // then a rejection with its details (the retry's ZRANGEBYSCORE, per-tier ZCOUNT).
     for _ in 0..2 {
-        evalsha(&mut conn, "EVALSHA", &allow_sha, &["rl:a", "60000", "2", "TIER", "1000", "5", "NOW", "1700000000000", "DETAILS", "STAMP"]);
+        evalsha(
+            &mut conn,
+            "EVALSHA",
+            &allow_sha,
+            &[
+                "rl:a",
+                "60000",
+                "2",
+                "TIER",
+                "1000",
+                "5",
+                "NOW",
+                "1700000000000",
+                "DETAILS",
+                "STAMP",
+            ],
+        );
     }
-    let rejected = evalsha(&mut conn, "EVALSHA", &allow_sha, &["rl:a", "60000", "2", "TIER", "1000", "5", "NOW", "1700000000001", "DETAILS"]);
-    assert!(matches!(&rejected, Value::Array(items) if items.first() == Some(&Value::Int(0))), "{rejected:?}");
+    let rejected = evalsha(
+        &mut conn,
+        "EVALSHA",
+        &allow_sha,
+        &[
+            "rl:a",
+            "60000",
+            "2",
+            "TIER",
+            "1000",
+            "5",
+            "NOW",
+            "1700000000001",
+            "DETAILS",
+        ],
+    );
+    assert!(
+        matches!(&rejected, Value::Array(items) if items.first() == Some(&Value::Int(0))),
+        "{rejected:?}"
+    );
     let peek_sha = sha(&mut conn, &peek_lua);
     let ro = if at_least_7_0() { "EVALSHA_RO" } else { "EVALSHA" };
-    evalsha(&mut conn, ro, &peek_sha, &["rl:a", "60000", "3", "TIER", "1000", "5", "COST", "2", "NOW", "1700000000002", "OLDEST"]);
+    evalsha(
+        &mut conn,
+        ro,
+        &peek_sha,
+        &[
+            "rl:a",
+            "60000",
+            "3",
+            "TIER",
+            "1000",
+            "5",
+            "COST",
+            "2",
+            "NOW",
+            "1700000000002",
+            "OLDEST",
+        ],
+    );
     let refund_sha = sha(&mut conn, &refund_lua);
-    assert_eq!(evalsha(&mut conn, "EVALSHA", &refund_sha, &["rl:a", "1700000000000", "COST", "2"]), Value::Int(2));
+    assert_eq!(
+        evalsha(
+            &mut conn,
+            "EVALSHA",
+            &refund_sha,
+            &["rl:a", "1700000000000", "COST", "2"]
+        ),
+        Value::Int(2)
+    );
     // EVAL of the text, as clients send it after NOSCRIPT.
-    let again: Value = redis::cmd("EVAL").arg(&allow_lua).arg(1).arg("rl:a").arg(60000).arg(2).query(&mut conn).unwrap();
+    let again: Value = redis::cmd("EVAL")
+        .arg(&allow_lua)
+        .arg(1)
+        .arg("rl:a")
+        .arg(60000)
+        .arg(2)
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(again, Value::Int(1));
     // The key pattern still holds inside the scripts.
-    let outside = refused(&mut conn, redis::cmd("EVALSHA").arg(&allow_sha).arg(1).arg("other:a").arg(60000).arg(2));
-    assert!(outside.contains("NOPERM") || outside.contains("No permissions"), "{outside}");
+    let outside = refused(
+        &mut conn,
+        redis::cmd("EVALSHA")
+            .arg(&allow_sha)
+            .arg(1)
+            .arg("other:a")
+            .arg(60000)
+            .arg(2),
+    );
+    assert!(
+        outside.contains("NOPERM") || outside.contains("No permissions"),
+        "{outside}"
+    );
 }

@@ -35,7 +35,8 @@ fn reply(conn: &mut Connection, args: &[&str]) -> Result<Value, String> {
     for arg in &args[1..] {
         cmd.arg(*arg);
     }
-    cmd.query::<Value>(conn).map_err(|e| format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")))
+    cmd.query::<Value>(conn)
+        .map_err(|e| format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")))
 }
 
 fn error_line(conn: &mut Connection, args: &[&str]) -> String {
@@ -73,7 +74,11 @@ fn allow_with_clock(conn: &mut Connection, args: &[&str]) -> (i64, i64, i64, Opt
     let allowed: i64 = redis::from_redis_value(&values[1]).unwrap();
     let (before, after) = (time_ms(&values[0]), time_ms(&values[2]));
     let (expire_at, pttl, last) = if has_pexpiretime() {
-        (Some(redis::from_redis_value(&values[3]).unwrap()), redis::from_redis_value(&values[4]).unwrap(), time_ms(&values[5]))
+        (
+            Some(redis::from_redis_value(&values[3]).unwrap()),
+            redis::from_redis_value(&values[4]).unwrap(),
+            time_ms(&values[5]),
+        )
     } else {
         (None, redis::from_redis_value(&values[3]).unwrap(), time_ms(&values[4]))
     };
@@ -110,7 +115,8 @@ fn ttl_after_admission_is_window_plus_the_margin() {
                 }
             };
             assert_eq!(allowed, 1, "{args:?}");
-            let context = format!("{args:?}: before {before} after {after} expire_at {expire_at:?} pttl {pttl} last {last}");
+            let context =
+                format!("{args:?}: before {before} after {after} expire_at {expire_at:?} pttl {pttl} last {last}");
             if let Some(expire_at) = expire_at {
                 // Set at a server ms in [before, after]: TTL at the call = window + 1000.
                 assert!(expire_at >= before + window + 1000, "{context}");
@@ -145,11 +151,17 @@ fn a_busy_key_re_arms_its_expiry_at_most_every_500_ms() {
     }
     let (allowed, _, end, _, pttl, _) = allow_with_clock(&mut conn, &["busy", &w, "1000"]);
     assert_eq!(allowed, 1);
-    assert!(pttl > window + 500 && pttl <= window + 1000, "PTTL {pttl} after an admission");
+    assert!(
+        pttl > window + 500 && pttl <= window + 1000,
+        "PTTL {pttl} after an admission"
+    );
     if end - start < 450 {
         assert_no_later(first, absolute_expiry(&mut conn, "busy"), "22 admissions within 450 ms");
     } else {
-        eprintln!("slow machine: 22 calls took {} ms, the no-re-arm half is not checked", end - start);
+        eprintln!(
+            "slow machine: 22 calls took {} ms, the no-re-arm half is not checked",
+            end - start
+        );
     }
 
     // 600 ms later the expiry is within window + 400: the next admission re-arms it.
@@ -162,7 +174,10 @@ fn a_busy_key_re_arms_its_expiry_at_most_every_500_ms() {
         "re-armed to {rearmed}, the call ran in [{before}, {after}]"
     );
     assert!(rearmed > first, "the expiry moved on");
-    assert!(pttl > window + 500 && pttl <= window + 1000, "PTTL {pttl} after the re-arming admission");
+    assert!(
+        pttl > window + 500 && pttl <= window + 1000,
+        "PTTL {pttl} after the re-arming admission"
+    );
 }
 
 /// A rejection leaves the TTL exactly where the last admission put it, also
@@ -187,25 +202,48 @@ fn rejection_keeps_the_ttl_and_an_empty_window_leaves_no_key() {
 
     // NOW: entries at 1000 and 1600 (window 1000). At 2100 the one from 1000
     // leaves (1000 <= 2100 - 1000); with limit 1 the call is rejected.
-    assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "rej:now", "1000", "2", "NOW", "1000"]), 1);
-    assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "rej:now", "1000", "2", "NOW", "1600"]), 1);
+    assert_eq!(
+        int(&mut conn, &["XCLOAK.ALLOW", "rej:now", "1000", "2", "NOW", "1000"]),
+        1
+    );
+    assert_eq!(
+        int(&mut conn, &["XCLOAK.ALLOW", "rej:now", "1000", "2", "NOW", "1600"]),
+        1
+    );
     let expiry_before = absolute_expiry(&mut conn, "rej:now");
     std::thread::sleep(Duration::from_millis(30));
-    assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "rej:now", "1000", "1", "NOW", "2100"]), 0);
-    assert_eq!(entries(&mut conn, "rej:now").iter().map(|e| e.1).collect::<Vec<_>>(), [1600.0], "trimmed on rejection");
+    assert_eq!(
+        int(&mut conn, &["XCLOAK.ALLOW", "rej:now", "1000", "1", "NOW", "2100"]),
+        0
+    );
+    assert_eq!(
+        entries(&mut conn, "rej:now").iter().map(|e| e.1).collect::<Vec<_>>(),
+        [1600.0],
+        "trimmed on rejection"
+    );
     let expiry_after = absolute_expiry(&mut conn, "rej:now");
     assert_no_later(expiry_before, expiry_after, "rejection that trims");
 
     // Trimmed to empty by a rejecting call (limit 0): no key at all.
-    assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "rej:now", "1000", "0", "NOW", "2600"]), 0);
-    assert_eq!(int(&mut conn, &["EXISTS", "rej:now"]), 0, "a window trimmed to empty leaves no key");
+    assert_eq!(
+        int(&mut conn, &["XCLOAK.ALLOW", "rej:now", "1000", "0", "NOW", "2600"]),
+        0
+    );
+    assert_eq!(
+        int(&mut conn, &["EXISTS", "rej:now"]),
+        0,
+        "a window trimmed to empty leaves no key"
+    );
 
     // Trimmed to empty, then admitted in the same call: only the new entry.
     for now in ["5000", "5001", "5002"] {
         assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "reuse", "100", "3", "NOW", now]), 1);
     }
     assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "reuse", "100", "3", "NOW", "5102"]), 1);
-    assert_eq!(entries(&mut conn, "reuse").iter().map(|e| e.1).collect::<Vec<_>>(), [5102.0]);
+    assert_eq!(
+        entries(&mut conn, "reuse").iter().map(|e| e.1).collect::<Vec<_>>(),
+        [5102.0]
+    );
 
     // Limit 0 on a missing key: rejected, nothing created, nothing else changed.
     let before = digest(&mut conn);
@@ -220,7 +258,13 @@ fn absolute_expiry(conn: &mut Connection, key: &str) -> i64 {
     if has_pexpiretime() {
         return int(conn, &["PEXPIRETIME", key]);
     }
-    let (time, pttl): (Value, i64) = redis::pipe().atomic().cmd("TIME").cmd("PTTL").arg(key).query(conn).unwrap();
+    let (time, pttl): (Value, i64) = redis::pipe()
+        .atomic()
+        .cmd("TIME")
+        .cmd("PTTL")
+        .arg(key)
+        .query(conn)
+        .unwrap();
     assert!(pttl > 0, "{key} has a TTL");
     time_ms(&time) + pttl
 }
@@ -230,7 +274,10 @@ fn assert_no_later(before: i64, after: i64, what: &str) {
         assert_eq!(after, before, "{what}: the TTL must not move");
     } else {
         // TIME + PTTL is exact to the millisecond it straddles.
-        assert!(after <= before + 1, "{what}: the TTL was extended ({before} -> {after})");
+        assert!(
+            after <= before + 1,
+            "{what}: the TTL was extended ({before} -> {after})"
+        );
     }
 }
 
@@ -249,8 +296,18 @@ fn window_slides_one_entry_at_a_time_at_score_plus_window() {
         assert_eq!(at(&mut conn, now), 1);
     }
     for (edge, oldest) in [(t + 100, t), (t + 110, t + 10), (t + 120, t + 20)] {
-        assert_eq!(at(&mut conn, edge - 1), 0, "at {} the entry from {oldest} is live", edge - 1 - t);
-        assert_eq!(at(&mut conn, edge), 1, "at {} the entry from {oldest} has left", edge - t);
+        assert_eq!(
+            at(&mut conn, edge - 1),
+            0,
+            "at {} the entry from {oldest} is live",
+            edge - 1 - t
+        );
+        assert_eq!(
+            at(&mut conn, edge),
+            1,
+            "at {} the entry from {oldest} has left",
+            edge - t
+        );
         assert_eq!(at(&mut conn, edge), 0, "only one slot opened at {}", edge - t);
         let scores: Vec<f64> = entries(&mut conn, "slide").iter().map(|e| e.1).collect();
         assert_eq!(scores.len(), 3);
@@ -267,7 +324,9 @@ fn window_slides_one_entry_at_a_time_at_score_plus_window() {
 fn cost_is_all_or_nothing() {
     let server = Server::start();
     let mut conn = server.client();
-    let call = |conn: &mut Connection, cost: &str| int(conn, &["XCLOAK.ALLOW", "cost", "1000", "5", "COST", cost, "NOW", "10"]);
+    let call = |conn: &mut Connection, cost: &str| {
+        int(conn, &["XCLOAK.ALLOW", "cost", "1000", "5", "COST", cost, "NOW", "10"])
+    };
     assert_eq!(call(&mut conn, "3"), 1);
     assert_eq!(call(&mut conn, "3"), 0);
     assert_eq!(int(&mut conn, &["ZCARD", "cost"]), 3);
@@ -306,7 +365,10 @@ fn other_types_get_wrongtype_and_stay_untouched() {
         let type_after: String = redis::cmd("TYPE").arg(key).query(&mut conn).unwrap();
         assert_eq!(type_after, key_type);
         let pttl_after = int(&mut conn, &["PTTL", key]);
-        assert!(pttl_after <= pttl_before && (pttl_before < 0) == (pttl_after < 0), "{key}: TTL untouched");
+        assert!(
+            pttl_after <= pttl_before && (pttl_before < 0) == (pttl_after < 0),
+            "{key}: TTL untouched"
+        );
     }
     assert_eq!(digest(&mut conn), before, "no data changed");
 }
@@ -330,7 +392,22 @@ fn bad_arguments_are_refused_by_name_and_change_nothing() {
     let now_range = "NOW must be an integer from 0 to 9007199254740991";
     let cost_range = "COST must be an integer from 1 to 1000000";
     let mut cases: Vec<(Vec<&str>, &str)> = Vec::new();
-    for bad in ["0", "9007199254740992", "-1", "1.5", " 1", "1 ", "+1", "0x10", "1e3", "", "01", "-0", "abc", "99999999999999999999"] {
+    for bad in [
+        "0",
+        "9007199254740992",
+        "-1",
+        "1.5",
+        " 1",
+        "1 ",
+        "+1",
+        "0x10",
+        "1e3",
+        "",
+        "01",
+        "-0",
+        "abc",
+        "99999999999999999999",
+    ] {
         cases.push((vec![bad, "10"], window_range));
         if bad != "0" {
             cases.push((vec!["1000", bad], limit_range));
@@ -350,7 +427,10 @@ fn bad_arguments_are_refused_by_name_and_change_nothing() {
         (vec!["1000", "10", "COST", "1000001"], cost_range),
         (vec!["1000", "10", "NOW"], "NOW needs a value"),
         (vec!["1000", "10", "COST"], "COST needs a value"),
-        (vec!["1000", "10", "NOW", "5", "NOW", "6"], "NOW is given more than once"),
+        (
+            vec!["1000", "10", "NOW", "5", "NOW", "6"],
+            "NOW is given more than once",
+        ),
         (vec!["1000", "10", "FOO"], "unknown option 'FOO'"),
         (vec!["1000", "10", "NOW", "5", "extra"], "unknown option 'extra'"),
         (vec!["1000", "10", "5"], "unknown option '5'"),
@@ -363,9 +443,16 @@ fn bad_arguments_are_refused_by_name_and_change_nothing() {
             assert!(line.starts_with("ERR "), "{args:?}: {line}");
             assert!(line.contains(expected), "{args:?}: {line:?} must contain {expected:?}");
         }
-        for short in [vec!["XCLOAK.ALLOW"], vec!["XCLOAK.ALLOW", key], vec!["XCLOAK.ALLOW", key, "1000"]] {
+        for short in [
+            vec!["XCLOAK.ALLOW"],
+            vec!["XCLOAK.ALLOW", key],
+            vec!["XCLOAK.ALLOW", key, "1000"],
+        ] {
             let line = error_line(&mut conn, &short).to_ascii_lowercase();
-            assert!(line.contains("wrong number of arguments") && line.contains("xcloak.allow"), "{short:?}: {line}");
+            assert!(
+                line.contains("wrong number of arguments") && line.contains("xcloak.allow"),
+                "{short:?}: {line}"
+            );
         }
     }
     assert_eq!(digest(&mut conn), before, "no bad call changed data");
@@ -382,20 +469,43 @@ fn bad_arguments_are_refused_by_name_and_change_nothing() {
 /// switch at k = 1000 collides.
 #[test]
 fn same_millisecond_members_stay_distinct_across_a_restart() {
-    let mut server = ServerConfig::default().arg("appendonly", "yes").arg("appendfsync", "always").start();
+    let mut server = ServerConfig::default()
+        .arg("appendonly", "yes")
+        .arg("appendfsync", "always")
+        .start();
     let mut conn = server.client();
     let now: i64 = 1_700_000_000_123;
     let admit = |conn: &mut Connection, n: usize| {
         let mut pipe = redis::pipe();
         for _ in 0..n {
-            pipe.cmd("XCLOAK.ALLOW").arg("burst").arg(DAY_MS).arg(1_000_000).arg("NOW").arg(now);
+            pipe.cmd("XCLOAK.ALLOW")
+                .arg("burst")
+                .arg(DAY_MS)
+                .arg(1_000_000)
+                .arg("NOW")
+                .arg(now);
         }
         let replies: Vec<i64> = pipe.query(conn).unwrap();
         assert!(replies.iter().all(|&r| r == 1), "all admitted");
     };
     admit(&mut conn, 1200);
     assert_eq!(int(&mut conn, &["ZCARD", "burst"]), 1200);
-    assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "burst", &DAY_MS.to_string(), "1000000", "COST", "300", "NOW", &now.to_string()]), 1);
+    assert_eq!(
+        int(
+            &mut conn,
+            &[
+                "XCLOAK.ALLOW",
+                "burst",
+                &DAY_MS.to_string(),
+                "1000000",
+                "COST",
+                "300",
+                "NOW",
+                &now.to_string()
+            ]
+        ),
+        1
+    );
     assert_eq!(int(&mut conn, &["ZCARD", "burst"]), 1500);
 
     let first = entries(&mut conn, "burst");
@@ -451,8 +561,18 @@ fn short_windows_leave_no_keys_behind() {
     // Emptied by a call after the window (NOW-driven): gone immediately.
     let mut pipe = redis::pipe();
     for i in 0..500 {
-        pipe.cmd("XCLOAK.ALLOW").arg(format!("trim:{i}")).arg(50).arg(3).arg("NOW").arg(1_000);
-        pipe.cmd("XCLOAK.ALLOW").arg(format!("trim:{i}")).arg(50).arg(0).arg("NOW").arg(1_050);
+        pipe.cmd("XCLOAK.ALLOW")
+            .arg(format!("trim:{i}"))
+            .arg(50)
+            .arg(3)
+            .arg("NOW")
+            .arg(1_000);
+        pipe.cmd("XCLOAK.ALLOW")
+            .arg(format!("trim:{i}"))
+            .arg(50)
+            .arg(0)
+            .arg("NOW")
+            .arg(1_050);
     }
     let replies: Vec<i64> = pipe.query(&mut conn).unwrap();
     assert_eq!(replies.iter().sum::<i64>(), 500);

@@ -30,7 +30,11 @@ impl Clock {
         let shim = dir.join("shim.so");
         let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clock/shim.c");
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let status = Command::new(&cc).args(["-shared", "-fPIC", "-O2", "-o"]).arg(&shim).arg(source).status()
+        let status = Command::new(&cc)
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&shim)
+            .arg(source)
+            .status()
             .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
         assert!(status.success(), "compiling {source} failed");
         let file = dir.join("offset-ms");
@@ -44,8 +48,15 @@ impl Clock {
     /// server reads it (Valkey caches its clock between event-loop iterations).
     fn shift(&self, conn: &mut redis::Connection, offset_ms: i64) {
         std::fs::write(&self.file, offset_ms.to_string()).unwrap();
-        let real_ms = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
-        let seen = eventually(std::time::Duration::from_secs(5), || (server_ms(conn) - real_ms() - offset_ms).abs() < 500);
+        let real_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64
+        };
+        let seen = eventually(std::time::Duration::from_secs(5), || {
+            (server_ms(conn) - real_ms() - offset_ms).abs() < 500
+        });
         assert!(seen, "the server clock did not move to real time {offset_ms:+} ms");
     }
 }
@@ -72,7 +83,13 @@ fn details(conn: &mut redis::Connection, cmd: &str, key: &str, window: i64, limi
 /// Runs `call` and `PTTL key` in one MULTI, so no stall of the test machine
 /// between the two can eat into the TTL: (the call's reply, the PTTL).
 fn with_pttl(conn: &mut redis::Connection, call: redis::Cmd, key: &str) -> (Vec<i64>, i64) {
-    redis::pipe().atomic().add_command(call).cmd("PTTL").arg(key).query(conn).unwrap()
+    redis::pipe()
+        .atomic()
+        .add_command(call)
+        .cmd("PTTL")
+        .arg(key)
+        .query(conn)
+        .unwrap()
 }
 
 #[test]
@@ -98,7 +115,10 @@ fn a_server_clock_stepping_back_and_forth() {
     assert_eq!(third[0], 1);
     let rejected = details(&mut conn, "XCLOAK.ALLOW", "k", window, limit);
     assert_eq!(&rejected[..3], &[0, 3, 0]);
-    assert!(rejected[3] >= 1 && rejected[4] >= rejected[3], "never negative, never zero when rejected: {rejected:?}");
+    assert!(
+        rejected[3] >= 1 && rejected[4] >= rejected[3],
+        "never negative, never zero when rejected: {rejected:?}"
+    );
     let peek = details(&mut conn, "XCLOAK.PEEK", "k", window, limit);
     assert!(peek[3] >= 1 && peek[4] >= 1, "{peek:?}");
     assert_eq!(entries(&mut conn, "k").len(), 3, "no entry lost");
@@ -134,7 +154,11 @@ fn a_step_back_does_not_expire_live_entries_early() {
     clock.shift(&mut conn, -5_000);
     let (second, ttl) = with_pttl(&mut conn, details_command("XCLOAK.ALLOW", "k", 3_000, 3), "k");
     assert_eq!(second[0], 1);
-    assert!(ttl >= second[4], "the key expires in {ttl} ms, its newest entry leaves the window in {} ms", second[4]);
+    assert!(
+        ttl >= second[4],
+        "the key expires in {ttl} ms, its newest entry leaves the window in {} ms",
+        second[4]
+    );
 }
 
 /// The Lua fallback keeps the same rule: after a step back its admission must
@@ -145,10 +169,23 @@ fn the_lua_fallback_does_not_expire_live_entries_early_either() {
     let clock = Clock::install();
     let server = Server::start();
     let mut conn = server.client();
-    let eval = || redis::cmd("EVAL").arg(FALLBACK).arg(1).arg("k").arg(3_000).arg(3).arg("DETAILS").clone();
+    let eval = || {
+        redis::cmd("EVAL")
+            .arg(FALLBACK)
+            .arg(1)
+            .arg("k")
+            .arg(3_000)
+            .arg(3)
+            .arg("DETAILS")
+            .clone()
+    };
     assert_eq!(eval().query::<Vec<i64>>(&mut conn).unwrap()[0], 1);
     clock.shift(&mut conn, -5_000);
     let (second, ttl) = with_pttl(&mut conn, eval(), "k");
     assert_eq!(second[0], 1);
-    assert!(ttl >= second[4], "the key expires in {ttl} ms, its newest entry leaves the window in {} ms", second[4]);
+    assert!(
+        ttl >= second[4],
+        "the key expires in {ttl} ms, its newest entry leaves the window in {} ms",
+        second[4]
+    );
 }

@@ -24,13 +24,21 @@ const REFUND_SCRIPT: &str = include_str!("../src/lua/xcloak_refund.lua");
 enum Target {
     Module,
     /// A server without the module: XCLOAK.* become EVALSHA of the scripts.
-    Scripts { allow: String, peek: String, refund: String },
+    Scripts {
+        allow: String,
+        peek: String,
+        refund: String,
+    },
 }
 
 impl Target {
     fn scripts(conn: &mut Connection) -> Target {
         let mut load = |script: &str| -> String { redis::cmd("SCRIPT").arg("LOAD").arg(script).query(conn).unwrap() };
-        Target::Scripts { allow: load(ALLOW_SCRIPT), peek: load(PEEK_SCRIPT), refund: load(REFUND_SCRIPT) }
+        Target::Scripts {
+            allow: load(ALLOW_SCRIPT),
+            peek: load(PEEK_SCRIPT),
+            refund: load(REFUND_SCRIPT),
+        }
     }
 
     /// The command as this target runs it.
@@ -75,14 +83,22 @@ fn to_json(value: Value) -> Json {
 }
 
 fn strings(value: &Json) -> Vec<String> {
-    value.as_array().expect("a command is an array").iter().map(|v| v.as_str().expect("a string").to_string()).collect()
+    value
+        .as_array()
+        .expect("a command is an array")
+        .iter()
+        .map(|v| v.as_str().expect("a string").to_string())
+        .collect()
 }
 
 /// The canonical command of an allow/peek step's inputs (docs/clients.md):
 /// tiers, COST when not 1, NOW, then DETAILS and STAMP for ALLOW, OLDEST
 /// for PEEK when asked.
 fn canonical(op: &str, step: &Json, key: &str, window: &Json, limit: &Json, now: Option<&Json>) -> Vec<String> {
-    let mut cmd = vec![if op == "peek" { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" }.to_string(), key.to_string()];
+    let mut cmd = vec![
+        if op == "peek" { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" }.to_string(),
+        key.to_string(),
+    ];
     cmd.push(window.to_string());
     cmd.push(limit.to_string());
     for tier in step["tiers"].as_array().into_iter().flatten() {
@@ -130,7 +146,14 @@ fn check_canonical(case: &str, step: &Json) {
         }
         "acquire" => {
             for call in step["calls"].as_array().unwrap() {
-                let expected = canonical("allow", step, &key(step), &step["window"], &step["limit"], call.get("now"));
+                let expected = canonical(
+                    "allow",
+                    step,
+                    &key(step),
+                    &step["window"],
+                    &step["limit"],
+                    call.get("now"),
+                );
                 assert_eq!(strings(&call["command"]), expected, "{case}: an acquire call of {step}");
             }
         }
@@ -141,11 +164,26 @@ fn check_canonical(case: &str, step: &Json) {
             for (request, call) in requests.iter().zip(&calls[..sent]) {
                 let mut with_stamp = request.clone();
                 with_stamp["stamp"] = json!(true);
-                let expected = canonical("allow", &with_stamp, &key(request), &request["window"], &request["limit"], step.get("now"));
-                assert_eq!(strings(&call["command"]), expected, "{case}: an allow_all call of {step}");
+                let expected = canonical(
+                    "allow",
+                    &with_stamp,
+                    &key(request),
+                    &request["window"],
+                    &request["limit"],
+                    step.get("now"),
+                );
+                assert_eq!(
+                    strings(&call["command"]),
+                    expected,
+                    "{case}: an allow_all call of {step}"
+                );
             }
             // Then one REFUND per earlier admission, in order, by its stamp and cost.
-            for ((request, decision), call) in requests.iter().zip(step["decisions"].as_array().unwrap()).zip(&calls[sent..]) {
+            for ((request, decision), call) in requests
+                .iter()
+                .zip(step["decisions"].as_array().unwrap())
+                .zip(&calls[sent..])
+            {
                 let mut expected = vec!["XCLOAK.REFUND".to_string(), key(request), decision["stamp"].to_string()];
                 if let Some(cost) = request.get("cost").filter(|c| c.as_i64() != Some(1)) {
                     expected.extend(["COST".to_string(), cost.to_string()]);
@@ -153,7 +191,11 @@ fn check_canonical(case: &str, step: &Json) {
                 assert_eq!(strings(&call["command"]), expected, "{case}: a refund of {step}");
             }
             let refunds = step["rejected"].as_u64().unwrap_or(0) as usize;
-            assert_eq!(calls.len(), sent + refunds, "{case}: allow_all sends one refund per earlier admission");
+            assert_eq!(
+                calls.len(),
+                sent + refunds,
+                "{case}: allow_all sends one refund per earlier admission"
+            );
         }
         _ => {}
     }
@@ -162,7 +204,11 @@ fn check_canonical(case: &str, step: &Json) {
 /// Replays every case on `server`; returns how many replies were compared.
 fn replay(server: &Server, what: &str) -> usize {
     let mut conn = server.client();
-    let target = if server.config.module { Target::Module } else { Target::scripts(&mut conn) };
+    let target = if server.config.module {
+        Target::Module
+    } else {
+        Target::scripts(&mut conn)
+    };
     let vectors: Json = serde_json::from_str(VECTORS).expect("vectors.json parses");
     assert_eq!(vectors["schema"], 1);
     let mut compared = 0;
@@ -205,7 +251,12 @@ fn vectors_replay_on_the_module_with_compact_keys() {
     let server = ServerConfig::compact().start();
     let mut conn = server.client();
     // The compact form is really in use: a window made here is an xcloaklog.
-    let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("probe").arg(60000).arg(1).query(&mut conn).unwrap();
+    let _: i64 = redis::cmd("XCLOAK.ALLOW")
+        .arg("probe")
+        .arg(60000)
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(key_type(&mut conn, "probe"), "xcloaklog");
     let compared = replay(&server, "module (compact)");
     assert!(compared > 200, "only {compared} replies compared");
@@ -222,30 +273,73 @@ fn vectors_replay_on_the_lua_scripts_without_the_module() {
 #[test]
 fn vectors_cover_the_contract() {
     let vectors: Json = serde_json::from_str(VECTORS).unwrap();
-    let steps: Vec<&Json> = vectors["cases"].as_array().unwrap().iter().flat_map(|c| c["steps"].as_array().unwrap()).collect();
+    let steps: Vec<&Json> = vectors["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["steps"].as_array().unwrap())
+        .collect();
     let count = |pred: &dyn Fn(&Json) -> bool| steps.iter().filter(|s| pred(s)).count();
-    for op in ["allow", "peek", "refund", "reset", "acquire", "allow_all", "raw", "setup"] {
+    for op in [
+        "allow",
+        "peek",
+        "refund",
+        "reset",
+        "acquire",
+        "allow_all",
+        "raw",
+        "setup",
+    ] {
         assert!(count(&|s| s["op"] == op) > 0, "no {op} step");
     }
     for outcome in ["admitted", "deadline", "never"] {
         assert!(count(&|s| s["outcome"] == outcome) > 0, "no acquire ending {outcome}");
     }
-    assert!(count(&|s| s["op"] == "acquire" && s["calls"].as_array().unwrap().iter().any(|c| c["sleep_ms"].is_number())) > 0);
-    assert!(count(&|s| s["op"] == "allow_all" && s["rejected"].as_u64().is_some_and(|r| r > 0)) > 0, "no rejection in the middle");
+    assert!(
+        count(&|s| s["op"] == "acquire" && s["calls"].as_array().unwrap().iter().any(|c| c["sleep_ms"].is_number()))
+            > 0
+    );
+    assert!(
+        count(&|s| s["op"] == "allow_all" && s["rejected"].as_u64().is_some_and(|r| r > 0)) > 0,
+        "no rejection in the middle"
+    );
     for tiers in 1..=3 {
-        assert!(count(&|s| s["tiers"].as_array().is_some_and(|t| t.len() == tiers)) > 0, "no call with {} tiers", tiers + 1);
+        assert!(
+            count(&|s| s["tiers"].as_array().is_some_and(|t| t.len() == tiers)) > 0,
+            "no call with {} tiers",
+            tiers + 1
+        );
     }
     assert!(count(&|s| s["decision"]["cost_exceeds_limit"] == true) > 0);
-    assert!(count(&|s| s["decision"]["tier"].as_u64().is_some_and(|t| t > 0)) > 0, "no later tier binding");
+    assert!(
+        count(&|s| s["decision"]["tier"].as_u64().is_some_and(|t| t > 0)) > 0,
+        "no later tier binding"
+    );
     assert!(count(&|s| s["decision"]["stamp"].is_number()) > 0);
     // PEEK ... OLDEST: a window's start, and -1 (null) for an empty one.
     assert!(count(&|s| s["op"] == "peek" && s["oldest"] == true && s["oldest_ms"].is_number()) > 0);
-    assert!(count(&|s| s["op"] == "peek" && s["oldest"] == true && s["oldest_ms"].is_null() && s["decision"].is_object()) > 0);
+    assert!(
+        count(&|s| s["op"] == "peek" && s["oldest"] == true && s["oldest_ms"].is_null() && s["decision"].is_object())
+            > 0
+    );
     assert!(count(&|s| s["op"] == "refund" && s["removed"] == 0) > 0);
     assert!(count(&|s| s["op"] == "refund" && s["removed"].as_i64().is_some_and(|n| n > 1)) > 0);
     assert!(count(&|s| s["window"] == 9_007_199_254_740_991i64) > 0);
-    for argument in ["window", "limit", "COST", "NOW", "window of TIER", "limit of TIER", "stamp", "WRONGTYPE", "more than 15 times"] {
-        assert!(count(&|s| s["error"].as_str().is_some_and(|e| e.contains(argument))) > 0, "no error about {argument}");
+    for argument in [
+        "window",
+        "limit",
+        "COST",
+        "NOW",
+        "window of TIER",
+        "limit of TIER",
+        "stamp",
+        "WRONGTYPE",
+        "more than 15 times",
+    ] {
+        assert!(
+            count(&|s| s["error"].as_str().is_some_and(|e| e.contains(argument))) > 0,
+            "no error about {argument}"
+        );
     }
 }
 
@@ -260,10 +354,18 @@ fn lua_copies_in_the_client_packages_are_byte_identical() {
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|e| e == "lua"))
-        .map(|path| (path.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&path).unwrap()))
+        .map(|path| {
+            (
+                path.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read_to_string(&path).unwrap(),
+            )
+        })
         .collect();
     assert_eq!(sources.len(), 3, "src/lua holds the allow, peek and refund scripts");
-    let tracked = std::process::Command::new("git").args(["ls-files", "clients"]).current_dir(root).output();
+    let tracked = std::process::Command::new("git")
+        .args(["ls-files", "clients"])
+        .current_dir(root)
+        .output();
     let tracked = match tracked {
         Ok(out) if out.status.success() => String::from_utf8(out.stdout).unwrap(),
         _ => {
@@ -276,11 +378,23 @@ fn lua_copies_in_the_client_packages_are_byte_identical() {
         let name = path.rsplit('/').next().unwrap();
         if let Some((_, source)) = sources.iter().find(|(source_name, _)| source_name == name) {
             let copy = std::fs::read_to_string(root.join(path)).unwrap();
-            assert!(copy == *source, "{path} differs from src/lua/{name}: run scripts/sync-lua.sh");
+            assert!(
+                copy == *source,
+                "{path} differs from src/lua/{name}: run scripts/sync-lua.sh"
+            );
             copies += 1;
         }
     }
     println!("{copies} tracked copies of the scripts match src/lua/");
-    let check = std::process::Command::new("bash").arg("scripts/sync-lua.sh").arg("--check").current_dir(root).output().unwrap();
-    assert!(check.status.success(), "scripts/sync-lua.sh --check:\n{}", String::from_utf8_lossy(&check.stderr));
+    let check = std::process::Command::new("bash")
+        .arg("scripts/sync-lua.sh")
+        .arg("--check")
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "scripts/sync-lua.sh --check:\n{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
 }

@@ -90,7 +90,9 @@ fn forward(
     cut_made: Arc<AtomicBool>,
     done: mpsc::Sender<u64>,
 ) {
-    let Ok(primary) = TcpStream::connect(("127.0.0.1", primary_port)) else { return };
+    let Ok(primary) = TcpStream::connect(("127.0.0.1", primary_port)) else {
+        return;
+    };
     let (mut from_replica, mut to_primary) = (replica.try_clone().unwrap(), primary.try_clone().unwrap());
     std::thread::spawn(move || {
         let _ = std::io::copy(&mut from_replica, &mut to_primary);
@@ -173,7 +175,9 @@ fn payload_start(head: &[u8]) -> Scan {
     let mut at = 0;
     loop {
         let Some(&first) = head.get(at) else { return Scan::More };
-        let Some(end) = head[at..].iter().position(|&b| b == b'\n') else { return Scan::More };
+        let Some(end) = head[at..].iter().position(|&b| b == b'\n') else {
+            return Scan::More;
+        };
         match first {
             b'\n' | b'\r' | b'+' | b'-' => at += end + 1,
             b'$' => return Scan::At(at + end + 1),
@@ -188,13 +192,18 @@ fn info(conn: &mut Connection, section: &str, field: &str) -> Option<String> {
 
 /// The replica has given up the transfer: not loading, no sync in progress.
 fn settled(replica: &Server) -> bool {
-    let Ok(mut conn) = redis::Client::open(replica.url()).and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2))) else {
+    let Ok(mut conn) =
+        redis::Client::open(replica.url()).and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+    else {
         return false;
     };
     info(&mut conn, "replication", "master_sync_in_progress").as_deref() == Some("0")
         && info(&mut conn, "replication", "master_link_status").as_deref() == Some("down")
         && info(&mut conn, "persistence", "loading").as_deref() == Some("0")
-        && info(&mut conn, "persistence", "async_loading").as_deref().unwrap_or("0") == "0"
+        && info(&mut conn, "persistence", "async_loading")
+            .as_deref()
+            .unwrap_or("0")
+            == "0"
 }
 
 /// 20,000 small compact windows, a few hundred sorted-set ones, and
@@ -206,7 +215,15 @@ fn populate(conn: &mut Connection) {
         for k in batch * 1000..(batch + 1) * 1000 {
             let mut now = T + rng.below(1 << 30) as i64;
             for _ in 0..1 + rng.below(4) {
-                pipe.cmd("XCLOAK.ALLOW").arg(format!("w:{k}")).arg(1i64 << 40).arg(100).arg("COST").arg(1 + rng.below(3)).arg("NOW").arg(now).ignore();
+                pipe.cmd("XCLOAK.ALLOW")
+                    .arg(format!("w:{k}"))
+                    .arg(1i64 << 40)
+                    .arg(100)
+                    .arg("COST")
+                    .arg(1 + rng.below(3))
+                    .arg("NOW")
+                    .arg(now)
+                    .ignore();
                 now += 1 + rng.below(100_000) as i64;
             }
         }
@@ -221,20 +238,34 @@ fn populate(conn: &mut Connection) {
     for batch in 0..LARGE_RUNS / 10_000 {
         let mut pipe = redis::pipe();
         for _ in 0..10_000 {
-            pipe.cmd("XCLOAK.ALLOW").arg("large:0").arg(1i64 << 50).arg(1_000_000).arg("NOW").arg(now).ignore();
+            pipe.cmd("XCLOAK.ALLOW")
+                .arg("large:0")
+                .arg(1i64 << 50)
+                .arg(1_000_000)
+                .arg("NOW")
+                .arg(now)
+                .ignore();
             now += 1 + rng.below(20_000) as i64;
         }
         let () = pipe.query(conn).unwrap();
         assert!(batch < 10);
     }
     for k in 1..LARGE_WINDOWS {
-        let copied: i64 = redis::cmd("COPY").arg("large:0").arg(format!("large:{k}")).query(conn).unwrap();
+        let copied: i64 = redis::cmd("COPY")
+            .arg("large:0")
+            .arg(format!("large:{k}"))
+            .query(conn)
+            .unwrap();
         assert_eq!(copied, 1);
     }
 }
 
 fn replicaof(replica: &mut Connection, port: u16) {
-    let _: String = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(port).query(replica).unwrap();
+    let _: String = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(port)
+        .query(replica)
+        .unwrap();
 }
 
 fn cut_transfers(primary: &Server, mode: &str, rdb_size: u64) {
@@ -244,7 +275,13 @@ fn cut_transfers(primary: &Server, mode: &str, rdb_size: u64) {
     if mode == "swapdb" {
         let mut pipe = redis::pipe();
         for k in 0..500 {
-            pipe.cmd("XCLOAK.ALLOW").arg(format!("own:{k}")).arg(1i64 << 40).arg(10).arg("NOW").arg(T + k).ignore();
+            pipe.cmd("XCLOAK.ALLOW")
+                .arg(format!("own:{k}"))
+                .arg(1i64 << 40)
+                .arg(10)
+                .arg("NOW")
+                .arg(T + k)
+                .ignore();
         }
         let () = pipe.query(&mut conn).unwrap();
     }
@@ -260,17 +297,34 @@ fn cut_transfers(primary: &Server, mode: &str, rdb_size: u64) {
         let proxy = Proxy::start(primary.port, Some(cut_at), done);
         replicaof(&mut conn, proxy.port);
         let cut_after = cut_done.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| {
-            panic!("{mode}: cut {cut}: the transfer never reached byte {cut_at}:\n{}", replica.log())
+            panic!(
+                "{mode}: cut {cut}: the transfer never reached byte {cut_at}:\n{}",
+                replica.log()
+            )
         });
         assert_eq!(cut_after, cut_at);
         drop(proxy);
-        assert!(eventually(Duration::from_secs(60), || settled(&replica)), "{mode}: cut {cut} at byte {cut_at}: the replica did not give up the load:\n{}", replica.log());
+        assert!(
+            eventually(Duration::from_secs(60), || settled(&replica)),
+            "{mode}: cut {cut} at byte {cut_at}: the replica did not give up the load:\n{}",
+            replica.log()
+        );
         let mut check = replica.client();
-        let _: String = redis::cmd("PING").query(&mut check).unwrap_or_else(|e| panic!("{mode}: cut {cut}: replica down: {e}\n{}", replica.log()));
+        let _: String = redis::cmd("PING")
+            .query(&mut check)
+            .unwrap_or_else(|e| panic!("{mode}: cut {cut}: replica down: {e}\n{}", replica.log()));
         if mode == "swapdb" {
-            assert_eq!(digest(&mut check), own_digest, "{mode}: cut {cut} at byte {cut_at}: the old dataset was not restored");
+            assert_eq!(
+                digest(&mut check),
+                own_digest,
+                "{mode}: cut {cut} at byte {cut_at}: the old dataset was not restored"
+            );
         } else {
-            assert_eq!(redis::cmd("DBSIZE").query::<u64>(&mut check).unwrap(), 0, "{mode}: cut {cut} at byte {cut_at}: a partial load was left");
+            assert_eq!(
+                redis::cmd("DBSIZE").query::<u64>(&mut check).unwrap(),
+                0,
+                "{mode}: cut {cut} at byte {cut_at}: a partial load was left"
+            );
         }
     }
     let cuts_took = started.elapsed();
@@ -282,15 +336,37 @@ fn cut_transfers(primary: &Server, mode: &str, rdb_size: u64) {
     let proxy = Proxy::start(primary.port, None, done);
     replicaof(&mut conn, proxy.port);
     let mut on_primary = primary.client();
-    let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("after").arg(60_000).arg(5).query(&mut on_primary).unwrap();
-    let target: u64 = info(&mut on_primary, "replication", "master_repl_offset").unwrap().parse().unwrap();
+    let _: i64 = redis::cmd("XCLOAK.ALLOW")
+        .arg("after")
+        .arg(60_000)
+        .arg(5)
+        .query(&mut on_primary)
+        .unwrap();
+    let target: u64 = info(&mut on_primary, "replication", "master_repl_offset")
+        .unwrap()
+        .parse()
+        .unwrap();
     let synced = eventually(Duration::from_secs(120), || {
-        let Ok(mut c) = redis::Client::open(replica.url()).and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2))) else { return false };
+        let Ok(mut c) =
+            redis::Client::open(replica.url()).and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        else {
+            return false;
+        };
         info(&mut c, "replication", "master_link_status").as_deref() == Some("up")
-            && info(&mut c, "replication", "slave_repl_offset").and_then(|o| o.parse::<u64>().ok()).is_some_and(|o| o >= target)
+            && info(&mut c, "replication", "slave_repl_offset")
+                .and_then(|o| o.parse::<u64>().ok())
+                .is_some_and(|o| o >= target)
     });
-    assert!(synced, "{mode}: the uncut transfer did not complete:\n{}", replica.log());
-    assert_eq!(digest(&mut replica.client()), digest(&mut on_primary), "{mode}: the replica is identical to the primary");
+    assert!(
+        synced,
+        "{mode}: the uncut transfer did not complete:\n{}",
+        replica.log()
+    );
+    assert_eq!(
+        digest(&mut replica.client()),
+        digest(&mut on_primary),
+        "{mode}: the replica is identical to the primary"
+    );
     eprintln!("{mode}: {CUTS_PER_MODE} cuts in {cuts_took:.1?} ({refusals} inside a compact window's value), then a full load; identical");
     let mut replica = replica;
     assert!(replica.alive());

@@ -35,7 +35,10 @@ fn role(server: &Server) -> String {
 /// per key, the units acknowledged as admitted minus those acknowledged as
 /// refunded.
 fn load(port: u16, client: usize, stop: Arc<AtomicBool>) -> (BTreeMap<String, i64>, usize) {
-    let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+    let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
     let mut net: BTreeMap<String, i64> = BTreeMap::new();
     let mut rng = Rng(0x5EED_F00D + client as u64);
     let mut calls = 0;
@@ -43,8 +46,14 @@ fn load(port: u16, client: usize, stop: Arc<AtomicBool>) -> (BTreeMap<String, i6
         let key = format!("fo:{}", rng.below(KEYS as u64));
         let cost = 1 + rng.below(2) as i64;
         calls += 1;
-        let stamp: RedisResult<i64> =
-            redis::cmd("XCLOAK.ALLOW").arg(&key).arg(3_600_000).arg(1_000_000).arg("COST").arg(cost).arg("STAMP").query(&mut conn);
+        let stamp: RedisResult<i64> = redis::cmd("XCLOAK.ALLOW")
+            .arg(&key)
+            .arg(3_600_000)
+            .arg(1_000_000)
+            .arg("COST")
+            .arg(cost)
+            .arg("STAMP")
+            .query(&mut conn);
         let stamp = match stamp {
             Ok(stamp) => stamp,
             Err(e) if e.code() == Some("READONLY") => break,
@@ -60,8 +69,16 @@ fn load(port: u16, client: usize, stop: Arc<AtomicBool>) -> (BTreeMap<String, i6
             }
         }
         if rng.below(3) == 0 {
-            let peek: Value = redis::cmd("XCLOAK.PEEK").arg(&key).arg(3_600_000).arg(1_000_000).query(&mut conn).unwrap();
-            assert!(matches!(peek, Value::Array(ref fields) if fields.len() == 5), "{peek:?}");
+            let peek: Value = redis::cmd("XCLOAK.PEEK")
+                .arg(&key)
+                .arg(3_600_000)
+                .arg(1_000_000)
+                .query(&mut conn)
+                .unwrap();
+            assert!(
+                matches!(peek, Value::Array(ref fields) if fields.len() == 5),
+                "{peek:?}"
+            );
         }
     }
     (net, calls)
@@ -82,7 +99,11 @@ fn failover_under_load(config: ServerConfig) {
     let node = |config: ServerConfig| config.arg("repl-diskless-sync-delay", "0").start();
     let primary = node(config.clone());
     let replica = node(config);
-    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut replica.client()).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port)
+        .query(&mut replica.client())
+        .unwrap();
     wait_replicated(&primary, &replica);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -95,13 +116,27 @@ fn failover_under_load(config: ServerConfig) {
     // Some load first, then the handover while the clients keep calling.
     let mut conn = primary.client();
     let warmed = eventually(Duration::from_secs(20), || {
-        info_field(&mut conn, "xcloak", "xcloak_admitted").and_then(|n| n.parse::<u64>().ok()).unwrap_or(0) > 200
+        info_field(&mut conn, "xcloak", "xcloak_admitted")
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+            > 200
     });
     assert!(warmed, "no load reached the primary");
-    let reply: String = redis::cmd("FAILOVER").arg("TIMEOUT").arg(30_000).query(&mut conn).unwrap();
+    let reply: String = redis::cmd("FAILOVER")
+        .arg("TIMEOUT")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(reply, "OK");
-    let swapped = eventually(Duration::from_secs(60), || role(&replica) == "master" && role(&primary) == "slave");
-    assert!(swapped, "FAILOVER did not swap the roles:\n{}\n{}", primary.log(), replica.log());
+    let swapped = eventually(Duration::from_secs(60), || {
+        role(&replica) == "master" && role(&primary) == "slave"
+    });
+    assert!(
+        swapped,
+        "FAILOVER did not swap the roles:\n{}\n{}",
+        primary.log(),
+        replica.log()
+    );
     // Every client meets READONLY on the old primary by itself; the flag
     // only ends a client that happened to stop calling writes.
     std::thread::sleep(Duration::from_millis(200));
@@ -119,19 +154,39 @@ fn failover_under_load(config: ServerConfig) {
 
     let (old, new) = (primary, replica);
     let mut new_conn = new.client();
-    assert_eq!(stored(&mut new_conn), acknowledged, "the new primary holds exactly what was acknowledged ({calls} calls)");
+    assert_eq!(
+        stored(&mut new_conn),
+        acknowledged,
+        "the new primary holds exactly what was acknowledged ({calls} calls)"
+    );
     wait_replicated(&new, &old);
-    assert_eq!(digest(&mut old.client()), digest(&mut new_conn), "the old primary follows the new one");
+    assert_eq!(
+        digest(&mut old.client()),
+        digest(&mut new_conn),
+        "the old primary follows the new one"
+    );
     // The new primary continues the windows; the old one refuses writes.
     let before = stored_stamps(&mut new_conn, "fo:0").len();
-    let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("fo:0").arg(3_600_000).arg(1_000_000).query(&mut new_conn).unwrap();
+    let _: i64 = redis::cmd("XCLOAK.ALLOW")
+        .arg("fo:0")
+        .arg(3_600_000)
+        .arg(1_000_000)
+        .query(&mut new_conn)
+        .unwrap();
     assert_eq!(stored_stamps(&mut new_conn, "fo:0").len(), before + 1);
-    let refused = redis::cmd("XCLOAK.ALLOW").arg("fo:0").arg(3_600_000).arg(10).query::<i64>(&mut old.client());
+    let refused = redis::cmd("XCLOAK.ALLOW")
+        .arg("fo:0")
+        .arg(3_600_000)
+        .arg(10)
+        .query::<i64>(&mut old.client());
     assert_eq!(refused.unwrap_err().code(), Some("READONLY"));
     let mut old = old;
     let mut new = new;
     assert!(old.alive() && new.alive(), "a server crashed");
-    eprintln!("{calls} calls during the failover; {} units acknowledged", acknowledged.values().sum::<i64>());
+    eprintln!(
+        "{calls} calls during the failover; {} units acknowledged",
+        acknowledged.values().sum::<i64>()
+    );
 }
 
 #[test]

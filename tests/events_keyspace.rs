@@ -39,7 +39,9 @@ fn allow(conn: &mut Connection, key: &str) -> Value {
 }
 
 fn memory_stat(conn: &mut Connection, field: &str) -> u64 {
-    info_field(conn, "memory", field).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("INFO memory {field}"))
+    info_field(conn, "memory", field)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("INFO memory {field}"))
 }
 
 /// `lazyfreed_objects` once the lazyfree thread is idle: no object pending,
@@ -66,16 +68,32 @@ fn select(conn: &mut Connection, db: i64) {
 fn sequence(config: ServerConfig, window_type: &str) -> Vec<Value> {
     let primary = config.clone().arg("repl-diskless-sync-delay", "0").start();
     let replica = config.start();
-    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut replica.client()).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port)
+        .query(&mut replica.client())
+        .unwrap();
     let mut conn = primary.client();
     let mut replies = Vec::new();
     let t = T.to_string();
-    run(&mut conn, &["XCLOAK.ALLOW", "full", "60000", "3", "NOW", &t, "COST", "3"]);
+    run(
+        &mut conn,
+        &["XCLOAK.ALLOW", "full", "60000", "3", "NOW", &t, "COST", "3"],
+    );
     run(&mut conn, &["XCLOAK.ALLOW", "one", "60000", "3", "NOW", &t]);
-    run(&mut conn, &["XCLOAK.ALLOW", "big", "3600000", "1000000", "NOW", &t, "COST", "5000"]);
+    run(
+        &mut conn,
+        &["XCLOAK.ALLOW", "big", "3600000", "1000000", "NOW", &t, "COST", "5000"],
+    );
     let mut pipe = redis::pipe();
     for i in 0..300 {
-        pipe.cmd("XCLOAK.ALLOW").arg("wide").arg(3_600_000).arg(1000).arg("NOW").arg(T + i).ignore();
+        pipe.cmd("XCLOAK.ALLOW")
+            .arg("wide")
+            .arg(3_600_000)
+            .arg(1000)
+            .arg("NOW")
+            .arg(T + i)
+            .ignore();
     }
     let () = pipe.query(&mut conn).unwrap();
 
@@ -84,7 +102,10 @@ fn sequence(config: ServerConfig, window_type: &str) -> Vec<Value> {
     replies.push(allow(&mut conn, "full")); // db 0: a fresh window
     select(&mut conn, 1);
     assert_eq!(key_type(&mut conn, "full"), window_type);
-    assert!(run(&mut conn, &["PTTL", "full"]) != Value::Int(-1), "MOVE kept the expiry");
+    assert!(
+        run(&mut conn, &["PTTL", "full"]) != Value::Int(-1),
+        "MOVE kept the expiry"
+    );
     replies.push(peek(&mut conn, "full"));
     replies.push(allow(&mut conn, "full")); // still full in db 1: rejected
     select(&mut conn, 0);
@@ -93,7 +114,9 @@ fn sequence(config: ServerConfig, window_type: &str) -> Vec<Value> {
     run(&mut conn, &["RENAME", "one", "renamed"]);
     replies.push(peek(&mut conn, "renamed"));
     replies.push(allow(&mut conn, "one"));
-    replies.push(Value::Int((run(&mut conn, &["PTTL", "renamed"]) == Value::Int(-1)) as i64));
+    replies.push(Value::Int(
+        (run(&mut conn, &["PTTL", "renamed"]) == Value::Int(-1)) as i64,
+    ));
     run(&mut conn, &["RENAME", "renamed", "full"]);
     replies.push(peek(&mut conn, "full"));
 
@@ -129,11 +152,16 @@ fn sequence(config: ServerConfig, window_type: &str) -> Vec<Value> {
     select(&mut conn, 1);
     assert_eq!(run(&mut conn, &["UNLINK", "big"]), Value::Int(1));
     select(&mut conn, 0);
-    let drained = eventually(Duration::from_secs(30), || memory_stat(&mut conn, "lazyfree_pending_objects") == 0);
+    let drained = eventually(Duration::from_secs(30), || {
+        memory_stat(&mut conn, "lazyfree_pending_objects") == 0
+    });
     assert!(drained);
     let on_thread = memory_stat(&mut conn, "lazyfreed_objects") - lazyfreed;
     let expected_on_thread = if window_type == "zset" { 1 } else { 0 };
-    assert_eq!(on_thread, expected_on_thread, "UNLINK of a 5,000-entry {window_type} window on the lazyfree thread");
+    assert_eq!(
+        on_thread, expected_on_thread,
+        "UNLINK of a 5,000-entry {window_type} window on the lazyfree thread"
+    );
 
     // FLUSHALL ASYNC: every window, of both databases, freed on the lazyfree thread.
     let keys: u64 = [0, 1]
@@ -148,14 +176,28 @@ fn sequence(config: ServerConfig, window_type: &str) -> Vec<Value> {
     let lazyfreed = settled_lazyfreed(&mut conn);
     assert_eq!(run(&mut conn, &["FLUSHALL", "ASYNC"]), Value::Okay);
     assert_eq!(redis::cmd("DBSIZE").query::<u64>(&mut conn).unwrap(), 0);
-    let drained = eventually(Duration::from_secs(30), || memory_stat(&mut conn, "lazyfree_pending_objects") == 0);
+    let drained = eventually(Duration::from_secs(30), || {
+        memory_stat(&mut conn, "lazyfree_pending_objects") == 0
+    });
     assert!(drained);
-    assert_eq!(memory_stat(&mut conn, "lazyfreed_objects") - lazyfreed, keys, "FLUSHALL ASYNC freed every window on the lazyfree thread");
+    assert_eq!(
+        memory_stat(&mut conn, "lazyfreed_objects") - lazyfreed,
+        keys,
+        "FLUSHALL ASYNC freed every window on the lazyfree thread"
+    );
     replies.push(allow(&mut conn, "full"));
-    assert_eq!(key_type(&mut conn, "full"), window_type, "a window after the flush is in the configured form");
+    assert_eq!(
+        key_type(&mut conn, "full"),
+        window_type,
+        "a window after the flush is in the configured form"
+    );
 
     wait_replicated(&primary, &replica);
-    assert_eq!(digest(&mut replica.client()), digest(&mut conn), "the replica followed MOVE, RENAME, COPY, SWAPDB, UNLINK and FLUSHALL");
+    assert_eq!(
+        digest(&mut replica.client()),
+        digest(&mut conn),
+        "the replica followed MOVE, RENAME, COPY, SWAPDB, UNLINK and FLUSHALL"
+    );
     let mut primary = primary;
     assert!(primary.alive());
     replies
@@ -171,7 +213,10 @@ fn windows_follow_move_rename_copy_swapdb_and_are_freed_by_unlink_and_flushall_a
     assert_eq!(compact, zset, "both forms reply alike");
     let fields = |v: &Value| -> Vec<i64> {
         match v {
-            Value::Array(items) => items.iter().map(|i| if let Value::Int(n) = i { *n } else { panic!("{v:?}") }).collect(),
+            Value::Array(items) => items
+                .iter()
+                .map(|i| if let Value::Int(n) = i { *n } else { panic!("{v:?}") })
+                .collect(),
             Value::Int(n) => vec![*n],
             other => panic!("{other:?}"),
         }

@@ -23,11 +23,17 @@ const COLD: usize = 2000;
 const HOT_CALLS: usize = 20;
 
 fn freq(conn: &mut Connection, key: &str) -> i64 {
-    redis::cmd("OBJECT").arg("FREQ").arg(key).query(conn).unwrap_or_else(|e| panic!("OBJECT FREQ {key}: {e}"))
+    redis::cmd("OBJECT")
+        .arg("FREQ")
+        .arg(key)
+        .query(conn)
+        .unwrap_or_else(|e| panic!("OBJECT FREQ {key}: {e}"))
 }
 
 fn stat(conn: &mut Connection, section: &str, field: &str) -> i64 {
-    info_field(conn, section, field).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("INFO {section} {field}"))
+    info_field(conn, section, field)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} {field}"))
 }
 
 fn lfu_server(config: ServerConfig) -> Server {
@@ -54,9 +60,13 @@ fn check_form(config: ServerConfig) {
     // Creation, then one access per call, as for a core sorted set.
     call(&mut conn, &["XCLOAK.ALLOW", "w", "60000", "2", "NOW", &t]);
     call(&mut conn, &["ZADD", "reference", "1", "a"]);
-    assert_eq!(freq(&mut conn, "w"), freq(&mut conn, "reference"), "a new window starts as a new key does");
+    assert_eq!(
+        freq(&mut conn, "w"),
+        freq(&mut conn, "reference"),
+        "a new window starts as a new key does"
+    );
     let window_calls: [&[&str]; 6] = [
-        &["XCLOAK.ALLOW", "w", "60000", "2", "NOW", &t],          // admitted
+        &["XCLOAK.ALLOW", "w", "60000", "2", "NOW", &t],            // admitted
         &["XCLOAK.ALLOW", "w", "60000", "2", "NOW", &t, "DETAILS"], // rejected
         &["XCLOAK.PEEK", "w", "60000", "2", "NOW", &t],
         &["XCLOAK.PEEK", "w", "60000", "2", "TIER", "1000", "1"],
@@ -82,11 +92,20 @@ fn check_form(config: ServerConfig) {
     for batch in calls.chunks(500) {
         let mut pipe = redis::pipe();
         for key in batch {
-            pipe.cmd("XCLOAK.ALLOW").arg(key).arg(3_600_000).arg(100).arg("NOW").arg(T).ignore();
+            pipe.cmd("XCLOAK.ALLOW")
+                .arg(key)
+                .arg(3_600_000)
+                .arg(100)
+                .arg("NOW")
+                .arg(T)
+                .ignore();
         }
         let () = pipe.query(&mut conn).unwrap();
     }
-    assert_eq!(freq(&mut conn, "hot:0") - freq(&mut conn, "cold:0"), HOT_CALLS as i64 - 1);
+    assert_eq!(
+        freq(&mut conn, "hot:0") - freq(&mut conn, "cold:0"),
+        HOT_CALLS as i64 - 1
+    );
 
     // Squeeze memory in steps of 8 KB until a quarter of the cold windows
     // are gone (counted by the server's evicted_keys, so the client's and
@@ -118,10 +137,20 @@ fn check_form(config: ServerConfig) {
         cmd.query::<usize>(conn).unwrap()
     };
     let (hot_left, cold_left) = (exists(&mut conn, "hot", HOT), exists(&mut conn, "cold", COLD));
-    assert_eq!(hot_left, HOT, "a busy window was evicted ({evicted} evictions, {cold_left} of {COLD} cold windows left)");
+    assert_eq!(
+        hot_left, HOT,
+        "a busy window was evicted ({evicted} evictions, {cold_left} of {COLD} cold windows left)"
+    );
     assert_eq!(COLD - cold_left, evicted as usize, "every eviction took a cold window");
     for k in 0..HOT {
-        let peek: Vec<i64> = redis::cmd("XCLOAK.PEEK").arg(format!("hot:{k}")).arg(3_600_000).arg(100).arg("NOW").arg(T).query(&mut conn).unwrap();
+        let peek: Vec<i64> = redis::cmd("XCLOAK.PEEK")
+            .arg(format!("hot:{k}"))
+            .arg(3_600_000)
+            .arg(100)
+            .arg("NOW")
+            .arg(T)
+            .query(&mut conn)
+            .unwrap();
         assert_eq!(peek[2], 100 - HOT_CALLS as i64, "hot:{k} kept its entries");
     }
     eprintln!("{evicted} cold windows evicted, every hot one kept");

@@ -20,7 +20,11 @@ const T: i64 = 1_700_000_000_000;
 fn run(conn: &mut redis::Connection, text: &str) {
     let words: Vec<String> = text
         .split_whitespace()
-        .map(|w| w.replace("{T}", &T.to_string()).replace("{T+1}", &(T + 1).to_string()).replace("{T+70000}", &(T + 70_000).to_string()))
+        .map(|w| {
+            w.replace("{T}", &T.to_string())
+                .replace("{T+1}", &(T + 1).to_string())
+                .replace("{T+70000}", &(T + 70_000).to_string())
+        })
         .collect();
     let mut cmd = redis::cmd(&words[0]);
     for word in &words[1..] {
@@ -34,23 +38,56 @@ fn run(conn: &mut redis::Connection, text: &str) {
 const STEPS: &[(&[&str], &[&str])] = &[
     // A far expiry, so that no later admission re-arms it (whether one does
     // depends on the time between calls: at most every 500 ms).
-    (&["XCLOAK.ALLOW ev 60000 3 NOW {T}", "PEXPIRE ev 100000000"], &["zadd ev", "expire ev", "expire ev"]),
+    (
+        &["XCLOAK.ALLOW ev 60000 3 NOW {T}", "PEXPIRE ev 100000000"],
+        &["zadd ev", "expire ev", "expire ev"],
+    ),
     (&["XCLOAK.ALLOW ev 60000 3 NOW {T} COST 2 DETAILS"], &["zadd ev"]),
-    (&["XCLOAK.ALLOW ev 60000 3 NOW {T+1}", "XCLOAK.ALLOW ev 60000 3 NOW {T+1} STAMP", "XCLOAK.PEEK ev 60000 3"], &[]),
+    (
+        &[
+            "XCLOAK.ALLOW ev 60000 3 NOW {T+1}",
+            "XCLOAK.ALLOW ev 60000 3 NOW {T+1} STAMP",
+            "XCLOAK.PEEK ev 60000 3",
+        ],
+        &[],
+    ),
     (&["XCLOAK.REFUND ev {T}", "XCLOAK.REFUND ev 5"], &["zrem ev"]),
     (&["XCLOAK.ALLOW ev 60000 3 TIER 1000 5 NOW {T+1}"], &["zadd ev"]),
-    (&["XCLOAK.ALLOW ev 1000 0 NOW {T+70000}"], &["zremrangebyscore ev", "del ev"]),
-    (&["XCLOAK.ALLOW ev2 1000 5 NOW {T} COST 3", "XCLOAK.REFUND ev2 {T} COST 5"], &["zadd ev2", "expire ev2", "zrem ev2", "del ev2"]),
-    (&["XCLOAK.ALLOW ev3 60000 5", "PEXPIRE ev3 100000000", "RENAME ev3 ev4"], &["zadd ev3", "expire ev3", "expire ev3", "rename_from ev3", "rename_to ev4"]),
+    (
+        &["XCLOAK.ALLOW ev 1000 0 NOW {T+70000}"],
+        &["zremrangebyscore ev", "del ev"],
+    ),
+    (
+        &["XCLOAK.ALLOW ev2 1000 5 NOW {T} COST 3", "XCLOAK.REFUND ev2 {T} COST 5"],
+        &["zadd ev2", "expire ev2", "zrem ev2", "del ev2"],
+    ),
+    (
+        &["XCLOAK.ALLOW ev3 60000 5", "PEXPIRE ev3 100000000", "RENAME ev3 ev4"],
+        &[
+            "zadd ev3",
+            "expire ev3",
+            "expire ev3",
+            "rename_from ev3",
+            "rename_to ev4",
+        ],
+    ),
     (&["MOVE ev4 1"], &["move_from ev4", "move_to ev4@1"]),
-    (&["SELECT 1", "XCLOAK.ALLOW ev4 60000 5", "DEL ev4", "SELECT 0"], &["zadd ev4@1", "del ev4@1"]),
+    (
+        &["SELECT 1", "XCLOAK.ALLOW ev4 60000 5", "DEL ev4", "SELECT 0"],
+        &["zadd ev4@1", "del ev4@1"],
+    ),
 ];
 
 /// Subscribes to every key event of `server` (raw RESP: a client library's
 /// subscription object unsubscribes when dropped).
 fn subscribe(server: &Server) -> Raw {
     let mut conn = server.client();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg("KEA").query(&mut conn).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("KEA")
+        .query(&mut conn)
+        .unwrap();
     let mut sub = Raw::connect(server.port);
     let reply = sub.call(&["PSUBSCRIBE", "__keyevent@*__:*"]);
     assert_eq!(reply.items()[0].text(), "psubscribe");
@@ -69,7 +106,11 @@ fn events_until_end(sub: &mut Raw) -> Vec<String> {
         if event == "end" {
             return events;
         }
-        events.push(if db == "0" { format!("{event} {key}") } else { format!("{event} {key}@{db}") });
+        events.push(if db == "0" {
+            format!("{event} {key}")
+        } else {
+            format!("{event} {key}@{db}")
+        });
     }
 }
 
@@ -77,7 +118,11 @@ fn events_until_end(sub: &mut Raw) -> Vec<String> {
 fn events_of(config: ServerConfig) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
     let primary = config.clone().arg("repl-diskless-sync-delay", "0").start();
     let replica = config.start();
-    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut replica.client()).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port)
+        .query(&mut replica.client())
+        .unwrap();
     wait_replicated(&primary, &replica);
     let mut on_primary = subscribe(&primary);
     let mut on_replica = subscribe(&replica);
@@ -110,9 +155,21 @@ fn keyspace_events_are_the_same_on_both_forms_on_primaries_and_replicas() {
     let (zset_primary, zset_replica) = events_of(ServerConfig::default());
     let (compact_primary, compact_replica) = events_of(ServerConfig::compact());
     for (i, (_, expected)) in STEPS.iter().enumerate() {
-        assert_eq!(zset_primary[i], *expected, "sorted-set primary, step {i}: {:?}", STEPS[i].0);
-        assert_eq!(compact_primary[i], *expected, "compact primary, step {i}: {:?}", STEPS[i].0);
-        assert_eq!(compact_replica[i], zset_replica[i], "replicas, step {i}: {:?}", STEPS[i].0);
+        assert_eq!(
+            zset_primary[i], *expected,
+            "sorted-set primary, step {i}: {:?}",
+            STEPS[i].0
+        );
+        assert_eq!(
+            compact_primary[i], *expected,
+            "compact primary, step {i}: {:?}",
+            STEPS[i].0
+        );
+        assert_eq!(
+            compact_replica[i], zset_replica[i],
+            "replicas, step {i}: {:?}",
+            STEPS[i].0
+        );
     }
     let expiry = STEPS.len();
     assert_eq!(zset_primary[expiry], ["zadd short", "expire short", "expired short"]);
@@ -120,6 +177,10 @@ fn keyspace_events_are_the_same_on_both_forms_on_primaries_and_replicas() {
     assert_eq!(compact_replica[expiry], zset_replica[expiry]);
     // The replica applies what the primary did: the same events, but for
     // an expiry, which it learns as a DEL.
-    assert_eq!(zset_replica[..expiry], zset_primary[..expiry], "a sorted-set replica fires the primary's events");
+    assert_eq!(
+        zset_replica[..expiry],
+        zset_primary[..expiry],
+        "a sorted-set replica fires the primary's events"
+    );
     assert_eq!(zset_replica[expiry], ["zadd short", "expire short", "del short"]);
 }

@@ -28,23 +28,51 @@ fn wait_blocked(conn: &mut redis::Connection, id: i64) {
         let list: String = redis::cmd("CLIENT").arg("LIST").query(conn).unwrap();
         list.lines().any(|line| {
             line.split(' ').any(|f| f == format!("id={id}"))
-                && line.split(' ').find_map(|f| f.strip_prefix("flags=")).is_some_and(|flags| flags.contains('b'))
+                && line
+                    .split(' ')
+                    .find_map(|f| f.strip_prefix("flags="))
+                    .is_some_and(|flags| flags.contains('b'))
         })
     });
-    assert!(blocked, "client {id} is not paused:\n{}", redis::cmd("CLIENT").arg("LIST").query::<String>(conn).unwrap());
+    assert!(
+        blocked,
+        "client {id} is not paused:\n{}",
+        redis::cmd("CLIENT").arg("LIST").query::<String>(conn).unwrap()
+    );
 }
 
 fn peek(conn: &mut redis::Connection) -> Vec<i64> {
-    redis::cmd("XCLOAK.PEEK").arg("w").arg(60_000).arg(5).arg("NOW").arg(T + 10).query(conn).unwrap()
+    redis::cmd("XCLOAK.PEEK")
+        .arg("w")
+        .arg(60_000)
+        .arg(5)
+        .arg("NOW")
+        .arg(T + 10)
+        .query(conn)
+        .unwrap()
 }
 
 fn check_form(server: Server, compact_server: bool) {
     let mut conn = server.client();
     let t = T.to_string();
     for _ in 0..2 {
-        let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("w").arg(60_000).arg(5).arg("NOW").arg(T).query(&mut conn).unwrap();
+        let _: i64 = redis::cmd("XCLOAK.ALLOW")
+            .arg("w")
+            .arg(60_000)
+            .arg(5)
+            .arg("NOW")
+            .arg(T)
+            .query(&mut conn)
+            .unwrap();
     }
-    let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("full").arg(60_000).arg(1).arg("NOW").arg(T).query(&mut conn).unwrap();
+    let _: i64 = redis::cmd("XCLOAK.ALLOW")
+        .arg("full")
+        .arg(60_000)
+        .arg(1)
+        .arg("NOW")
+        .arg(T)
+        .query(&mut conn)
+        .unwrap();
     let before = peek(&mut conn);
     assert_eq!(before, [1, 5, 3, 0, 59_990]);
     let digest_before = digest(&mut conn);
@@ -53,15 +81,35 @@ fn check_form(server: Server, compact_server: bool) {
     let mut tx = Raw::connect(server.port);
     let tx_id = tx.call(&["CLIENT", "ID"]).int();
     assert_eq!(tx.call(&["MULTI"]), Resp::Simple("OK".into()));
-    assert_eq!(tx.call(&["XCLOAK.ALLOW", "w", "60000", "5", "NOW", &t1]), Resp::Simple("QUEUED".into()));
+    assert_eq!(
+        tx.call(&["XCLOAK.ALLOW", "w", "60000", "5", "NOW", &t1]),
+        Resp::Simple("QUEUED".into())
+    );
 
-    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(600_000).arg("WRITE").query(&mut conn).unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600_000)
+        .arg("WRITE")
+        .query(&mut conn)
+        .unwrap();
     let waiting: Vec<(&str, Vec<&str>)> = vec![
-        ("an admission", vec!["XCLOAK.ALLOW", "w", "60000", "5", "NOW", &t1, "DETAILS"]),
+        (
+            "an admission",
+            vec!["XCLOAK.ALLOW", "w", "60000", "5", "NOW", &t1, "DETAILS"],
+        ),
         ("a rejection", vec!["XCLOAK.ALLOW", "full", "60000", "1", "NOW", &t1]),
         ("a refund", vec!["XCLOAK.REFUND", "w", &t]),
         ("a convert", vec!["XCLOAK.CONVERT", "full", "ZSET"]),
-        ("EVAL calling ALLOW", vec!["EVAL", "return redis.call('XCLOAK.ALLOW', KEYS[1], 60000, 5, 'NOW', ARGV[1])", "1", "w", &t1]),
+        (
+            "EVAL calling ALLOW",
+            vec![
+                "EVAL",
+                "return redis.call('XCLOAK.ALLOW', KEYS[1], 60000, 5, 'NOW', ARGV[1])",
+                "1",
+                "w",
+                &t1,
+            ],
+        ),
     ];
     let mut clients = Vec::new();
     for (what, words) in &waiting {
@@ -82,13 +130,18 @@ fn check_form(server: Server, compact_server: bool) {
     if at_least_7_0() {
         let from_script: Vec<i64> = redis::cmd("EVAL_RO")
             .arg("return redis.call('XCLOAK.PEEK', KEYS[1], 60000, 5, 'NOW', ARGV[1])")
-            .arg(1).arg("w").arg(T + 10)
+            .arg(1)
+            .arg("w")
+            .arg(T + 10)
             .query(&mut reader)
             .unwrap();
         assert_eq!(from_script, before, "PEEK from EVAL_RO while paused");
     }
     for (what, raw) in clients.iter_mut() {
-        assert!(raw.nothing_within(Duration::from_millis(50)), "{what} answered while paused");
+        assert!(
+            raw.nothing_within(Duration::from_millis(50)),
+            "{what} answered while paused"
+        );
     }
     assert_eq!(digest(&mut reader), digest_before, "nothing was written while paused");
 
@@ -98,7 +151,11 @@ fn check_form(server: Server, compact_server: bool) {
     // Then each ran, in the order sent: admitted (3 entries), rejected,
     // refunded one of T's entries, converted (or already a sorted set),
     // admitted (3 again), and the transaction's admission (4).
-    assert_eq!(replies[0].items().iter().map(Resp::int).collect::<Vec<_>>(), [1, 5, 2, 0, 60_000], "{replies:?}");
+    assert_eq!(
+        replies[0].items().iter().map(Resp::int).collect::<Vec<_>>(),
+        [1, 5, 2, 0, 60_000],
+        "{replies:?}"
+    );
     assert_eq!(replies[1], Resp::Int(0));
     assert_eq!(replies[2], Resp::Int(1));
     assert_eq!(replies[3], Resp::Int(compact_server as i64));

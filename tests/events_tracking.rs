@@ -30,13 +30,20 @@ impl Tracked {
         let subscribed = sink.call(&["SUBSCRIBE", "__redis__:invalidate"]);
         assert_eq!(subscribed.items()[0].text(), "subscribe");
         let mut reader = Raw::connect(port);
-        assert_eq!(reader.call(&["CLIENT", "TRACKING", "on", "REDIRECT", &sink_id.to_string()]).text(), "OK");
+        assert_eq!(
+            reader
+                .call(&["CLIENT", "TRACKING", "on", "REDIRECT", &sink_id.to_string()])
+                .text(),
+            "OK"
+        );
         Tracked { reader, sink, marks: 0 }
     }
 
     /// Reads the window (so it is tracked) and the marker key.
     fn read(&mut self, key: &str) {
-        let peek = self.reader.call(&["XCLOAK.PEEK", key, "60000", "5", "NOW", &T.to_string()]);
+        let peek = self
+            .reader
+            .call(&["XCLOAK.PEEK", key, "60000", "5", "NOW", &T.to_string()]);
         assert!(!peek.is_error(), "PEEK {key}: {peek:?}");
         let _ = self.reader.call(&["GET", "marker"]);
     }
@@ -72,15 +79,28 @@ impl Tracked {
 /// (setup, call by another client, whether the window is invalidated).
 const CASES: &[(&str, &str, bool)] = &[
     ("", "XCLOAK.ALLOW w 60000 5 NOW {T}", true),
-    ("XCLOAK.ALLOW w 60000 1 NOW {T}", "XCLOAK.ALLOW w 60000 1 NOW {T}", false),
-    ("XCLOAK.ALLOW w 1000 1 NOW {T}", "XCLOAK.ALLOW w 1000 0 NOW {T+5000}", true),
+    (
+        "XCLOAK.ALLOW w 60000 1 NOW {T}",
+        "XCLOAK.ALLOW w 60000 1 NOW {T}",
+        false,
+    ),
+    (
+        "XCLOAK.ALLOW w 1000 1 NOW {T}",
+        "XCLOAK.ALLOW w 1000 0 NOW {T+5000}",
+        true,
+    ),
     ("XCLOAK.ALLOW w 60000 1 NOW {T}", "XCLOAK.PEEK w 60000 1", false),
     ("XCLOAK.ALLOW w 60000 5 NOW {T}", "XCLOAK.REFUND w {T}", true),
     ("XCLOAK.ALLOW w 60000 5 NOW {T}", "XCLOAK.REFUND w 7", false),
 ];
 
 fn words(text: &str) -> Vec<String> {
-    text.split_whitespace().map(|w| w.replace("{T}", &T.to_string()).replace("{T+5000}", &(T + 5000).to_string())).collect()
+    text.split_whitespace()
+        .map(|w| {
+            w.replace("{T}", &T.to_string())
+                .replace("{T+5000}", &(T + 5000).to_string())
+        })
+        .collect()
 }
 
 fn run(conn: &mut redis::Connection, text: &str) {
@@ -116,7 +136,11 @@ fn check_replica(config: ServerConfig) {
     let primary = config.clone().arg("repl-diskless-sync-delay", "0").start();
     let replica = config.start();
     let mut on_replica = replica.client();
-    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut on_replica).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port)
+        .query(&mut on_replica)
+        .unwrap();
     let mut writer = primary.client();
     run(&mut writer, "XCLOAK.ALLOW w 60000 5 NOW {T}");
     wait_replicated(&primary, &replica);

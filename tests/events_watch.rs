@@ -33,7 +33,12 @@ fn run(conn: &mut Connection, words: &[String]) -> Value {
 }
 
 fn words(text: &str) -> Vec<String> {
-    text.split_whitespace().map(|w| w.replace("{T}", &T.to_string()).replace("{T+5000}", &(T + 5000).to_string())).collect()
+    text.split_whitespace()
+        .map(|w| {
+            w.replace("{T}", &T.to_string())
+                .replace("{T+5000}", &(T + 5000).to_string())
+        })
+        .collect()
 }
 
 /// WATCH `key`, let `other` run `call`, then MULTI/PING/EXEC: whether the
@@ -56,20 +61,44 @@ fn cases(compact_server: bool) -> Vec<(&'static str, &'static str, bool)> {
     let mut cases = vec![
         ("", "XCLOAK.ALLOW w 60000 2 NOW {T}", false),
         ("XCLOAK.ALLOW w 60000 1 NOW {T}", "XCLOAK.ALLOW w 60000 1 NOW {T}", true),
-        ("XCLOAK.ALLOW w 60000 1 NOW {T}", "XCLOAK.ALLOW w 60000 1 NOW {T} DETAILS STAMP", true),
-        ("XCLOAK.ALLOW w 60000 1 NOW {T}", "XCLOAK.ALLOW w 60000 1 TIER 120000 1 NOW {T} COST 2", true),
-        ("XCLOAK.ALLOW w 1000 2 NOW {T}", "XCLOAK.ALLOW w 1000 0 NOW {T+5000}", false),
-        ("XCLOAK.ALLOW w 1000 2 NOW {T} COST 2", "XCLOAK.ALLOW w 9000 2 NOW {T+5000}", true),
+        (
+            "XCLOAK.ALLOW w 60000 1 NOW {T}",
+            "XCLOAK.ALLOW w 60000 1 NOW {T} DETAILS STAMP",
+            true,
+        ),
+        (
+            "XCLOAK.ALLOW w 60000 1 NOW {T}",
+            "XCLOAK.ALLOW w 60000 1 TIER 120000 1 NOW {T} COST 2",
+            true,
+        ),
+        (
+            "XCLOAK.ALLOW w 1000 2 NOW {T}",
+            "XCLOAK.ALLOW w 1000 0 NOW {T+5000}",
+            false,
+        ),
+        (
+            "XCLOAK.ALLOW w 1000 2 NOW {T} COST 2",
+            "XCLOAK.ALLOW w 9000 2 NOW {T+5000}",
+            true,
+        ),
         ("XCLOAK.ALLOW w 60000 1 NOW {T}", "XCLOAK.PEEK w 60000 1 NOW {T}", true),
         ("XCLOAK.ALLOW w 60000 5 NOW {T} COST 2", "XCLOAK.REFUND w {T}", false),
         ("XCLOAK.ALLOW w 60000 5 NOW {T}", "XCLOAK.REFUND w 12345", true),
         ("", "XCLOAK.ALLOW w 60000 0", true),
         ("", "XCLOAK.REFUND w {T}", true),
-        ("XCLOAK.ALLOW w 60000 5 NOW {T}", "XCLOAK.CONVERT w ZSET", !compact_server),
+        (
+            "XCLOAK.ALLOW w 60000 5 NOW {T}",
+            "XCLOAK.CONVERT w ZSET",
+            !compact_server,
+        ),
     ];
     if compact_server {
         cases.push(("XCLOAK.ALLOW w 60000 5 NOW {T}", "XCLOAK.CONVERT w COMPACT", true));
-        cases.push(("XCLOAK.ALLOW w 60000 5 NOW {T} XCLOAK.CONVERT w ZSET", "XCLOAK.CONVERT w COMPACT", false));
+        cases.push((
+            "XCLOAK.ALLOW w 60000 5 NOW {T} XCLOAK.CONVERT w ZSET",
+            "XCLOAK.CONVERT w COMPACT",
+            false,
+        ));
     }
     cases
 }
@@ -81,11 +110,20 @@ fn check_form(server: Server, compact_server: bool) {
         let _: () = redis::cmd("DEL").arg("w").query(&mut other).unwrap();
         // The setup may hold two commands, each starting with XCLOAK.
         for command in setup.split(" XCLOAK.").filter(|c| !c.is_empty()) {
-            let command = if command.starts_with("XCLOAK.") { command.to_string() } else { format!("XCLOAK.{command}") };
+            let command = if command.starts_with("XCLOAK.") {
+                command.to_string()
+            } else {
+                format!("XCLOAK.{command}")
+            };
             run(&mut other, &words(&command));
         }
         let ran = exec_after(&mut watcher, &mut other, "w", &words(call));
-        assert_eq!(ran, runs, "after `{setup}`, `{call}` {} the watcher's transaction", if runs { "must not abort" } else { "must abort" });
+        assert_eq!(
+            ran,
+            runs,
+            "after `{setup}`, `{call}` {} the watcher's transaction",
+            if runs { "must not abort" } else { "must abort" }
+        );
     }
 }
 

@@ -46,7 +46,10 @@ fn ensure_deps(lang: Lang) {
     static PYTHON: OnceLock<()> = OnceLock::new();
     static NODE: OnceLock<()> = OnceLock::new();
     let install = |what: &str| {
-        let status = Command::new(repo().join("scripts/example-deps.sh")).arg(what).status().expect("run example-deps.sh");
+        let status = Command::new(repo().join("scripts/example-deps.sh"))
+            .arg(what)
+            .status()
+            .expect("run example-deps.sh");
         assert!(status.success(), "scripts/example-deps.sh {what} failed");
     };
     match lang {
@@ -63,15 +66,25 @@ fn ensure_deps(lang: Lang) {
 
 /// The `go` command: on PATH, else Go's default install folder.
 fn go_binary() -> PathBuf {
-    let on_path = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
-    if on_path { PathBuf::from("go") } else { PathBuf::from("/usr/local/go/bin/go") }
+    let on_path = Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if on_path {
+        PathBuf::from("go")
+    } else {
+        PathBuf::from("/usr/local/go/bin/go")
+    }
 }
 
 /// Builds the Go example the way its doc comment says (module mode: its
 /// go.mod points at clients/go; go-redis from the Go module proxy), into
 /// target/go/, with Go's own build cache (shared with clients/go/test.sh).
 fn go_example() -> PathBuf {
-    let status = Command::new(repo().join("scripts/example-deps.sh")).arg("go").status().expect("run example-deps.sh");
+    let status = Command::new(repo().join("scripts/example-deps.sh"))
+        .arg("go")
+        .status()
+        .expect("run example-deps.sh");
     assert!(status.success(), "scripts/example-deps.sh go failed");
     let dir = repo().join("target/go");
     let binary = dir.join("ratelimit");
@@ -83,7 +96,11 @@ fn go_example() -> PathBuf {
         .current_dir(repo().join("docs/examples/go"))
         .output()
         .expect("run go build");
-    assert!(output.status.success(), "go build docs/examples/go:\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "go build docs/examples/go:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     binary
 }
 
@@ -102,12 +119,25 @@ fn rust_example() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().and_then(Path::parent).unwrap();
     let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "--quiet", "-p", "xcloak-client", "--all-features", "--example", "ratelimit", "--message-format=short"]);
+    build.args([
+        "build",
+        "--quiet",
+        "-p",
+        "xcloak-client",
+        "--all-features",
+        "--example",
+        "ratelimit",
+        "--message-format=short",
+    ]);
     if profile_dir.ends_with("release") {
         build.arg("--release");
     }
     let output = build.current_dir(repo()).output().expect("run cargo");
-    assert!(output.status.success(), "cargo build -p xcloak-client --example ratelimit:\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "cargo build -p xcloak-client --example ratelimit:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let binary = profile_dir.join("examples/ratelimit");
     assert!(binary.exists(), "{} not built", binary.display());
     binary
@@ -115,7 +145,13 @@ fn rust_example() -> PathBuf {
 
 /// Runs an example for `CALLS` requests on `key`; returns its stdout lines.
 fn run_example(lang: Lang, url: &str, key: &str, cluster: bool) -> Vec<String> {
-    let mut args = vec![url.to_string(), key.to_string(), WINDOW_MS.to_string(), LIMIT.to_string(), CALLS.to_string()];
+    let mut args = vec![
+        url.to_string(),
+        key.to_string(),
+        WINDOW_MS.to_string(),
+        LIMIT.to_string(),
+        CALLS.to_string(),
+    ];
     if cluster {
         args.push("--cluster".to_string());
     }
@@ -136,7 +172,11 @@ fn run_example_with(lang: Lang, args: &[String]) -> Vec<String> {
         }
         Lang::Node | Lang::Ioredis => {
             let mut c = Command::new("node");
-            c.arg(examples.join(if lang == Lang::Node { "node/ratelimit.js" } else { "node/ratelimit-ioredis.js" }));
+            c.arg(examples.join(if lang == Lang::Node {
+                "node/ratelimit.js"
+            } else {
+                "node/ratelimit-ioredis.js"
+            }));
             c
         }
     };
@@ -174,11 +214,20 @@ fn parse(line: &str) -> Decision {
         if let Some(v) = field.strip_prefix("via ") {
             via = v.to_string();
         } else {
-            let (name, value) = field.split_once(": ").unwrap_or_else(|| panic!("bad field {field:?} in {line:?}"));
-            headers.insert(name.to_string(), value.parse().unwrap_or_else(|_| panic!("bad value in {line:?}")));
+            let (name, value) = field
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("bad field {field:?} in {line:?}"));
+            headers.insert(
+                name.to_string(),
+                value.parse().unwrap_or_else(|_| panic!("bad value in {line:?}")),
+            );
         }
     }
-    Decision { status: status.parse().unwrap(), headers, via }
+    Decision {
+        status: status.parse().unwrap(),
+        headers,
+        via,
+    }
 }
 
 /// Limit 3 per 60.2 s, 5 calls: 200 with 2, 1, 0 remaining, then two 429s
@@ -192,7 +241,11 @@ fn assert_decisions(lang: Lang, lines: &[String], via: &str) {
         assert_eq!(d.headers["RateLimit-Limit"], LIMIT as i64, "{lang:?}: {line}");
         if i < LIMIT as usize {
             assert_eq!(d.status, 200, "{lang:?} call {i}: {line}");
-            assert_eq!(d.headers["RateLimit-Remaining"], LIMIT as i64 - 1 - i as i64, "{lang:?}: {line}");
+            assert_eq!(
+                d.headers["RateLimit-Remaining"],
+                LIMIT as i64 - 1 - i as i64,
+                "{lang:?}: {line}"
+            );
             // Just admitted: the window empties one full window from now.
             assert_eq!(d.headers["RateLimit-Reset"], window_s, "{lang:?}: {line}");
             assert!(!d.headers.contains_key("Retry-After"), "{lang:?}: {line}");
@@ -201,7 +254,10 @@ fn assert_decisions(lang: Lang, lines: &[String], via: &str) {
             assert_eq!(d.headers["RateLimit-Remaining"], 0, "{lang:?}: {line}");
             let retry = d.headers["Retry-After"];
             let reset = d.headers["RateLimit-Reset"];
-            assert!((1..=window_s).contains(&retry) && (retry..=window_s).contains(&reset), "{lang:?}: {line}");
+            assert!(
+                (1..=window_s).contains(&retry) && (retry..=window_s).contains(&reset),
+                "{lang:?}: {line}"
+            );
         }
     }
 }
@@ -220,7 +276,10 @@ fn check_standalone(lang: Lang) {
     let mut conn = with_module.client();
     assert_eq!(entries(&mut conn, &key).len(), LIMIT as usize);
     let stats = commandstats(&mut conn);
-    assert!(stats.contains("cmdstat_xcloak.allow:calls=5,") && !stats.contains("cmdstat_evalsha"), "{lang:?}:\n{stats}");
+    assert!(
+        stats.contains("cmdstat_xcloak.allow:calls=5,") && !stats.contains("cmdstat_evalsha"),
+        "{lang:?}:\n{stats}"
+    );
 
     let lines = run_example(lang, &without.url(), &key, false);
     assert_decisions(lang, &lines, "script");
@@ -229,10 +288,17 @@ fn check_standalone(lang: Lang) {
     let members = entries(&mut conn, &key);
     assert_eq!(members.len(), LIMIT as usize);
     for (member, score) in &members {
-        assert_eq!(member.parse::<i64>().unwrap() / 1000, *score as i64 % 100_000_000_000, "{lang:?}: member {member}");
+        assert_eq!(
+            member.parse::<i64>().unwrap() / 1000,
+            *score as i64 % 100_000_000_000,
+            "{lang:?}: member {member}"
+        );
     }
     let stats = commandstats(&mut conn);
-    assert!(stats.contains("cmdstat_evalsha:calls="), "{lang:?}: the script did not answer:\n{stats}");
+    assert!(
+        stats.contains("cmdstat_evalsha:calls="),
+        "{lang:?}: the script did not answer:\n{stats}"
+    );
     // A fresh server had no script cached: the first EVALSHA got NOSCRIPT and
     // the client loaded it (SCRIPT LOAD, or EVAL for node-redis).
     assert!(
@@ -317,13 +383,17 @@ fn matches_pattern(line: &str, pattern: &str) -> bool {
     let mut rest = line;
     for (i, piece) in pattern.split(['{', '}']).enumerate() {
         if i % 2 == 0 {
-            let Some(after) = rest.strip_prefix(piece) else { return false };
+            let Some(after) = rest.strip_prefix(piece) else {
+                return false;
+            };
             rest = after;
             continue;
         }
         let (lo, hi) = piece.split_once("..=").expect("{lo..=hi}");
         let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        let Ok(n) = rest[..digits].parse::<i64>() else { return false };
+        let Ok(n) = rest[..digits].parse::<i64>() else {
+            return false;
+        };
         if !(lo.parse::<i64>().unwrap()..=hi.parse().unwrap()).contains(&n) {
             return false;
         }
@@ -340,7 +410,15 @@ fn seed_past_entries(conn: &mut redis::Connection, key: &str, via: &str) {
     let then = secs * 1000 + micros / 1000 - SEEDED_AGO_MS;
     let (tier_window, tier_limit) = TIER.split_once(':').unwrap();
     for _ in 0..SEEDED {
-        let args = [WINDOW_MS.to_string(), LIMIT.to_string(), "TIER".into(), tier_window.into(), tier_limit.into(), "NOW".into(), then.to_string()];
+        let args = [
+            WINDOW_MS.to_string(),
+            LIMIT.to_string(),
+            "TIER".into(),
+            tier_window.into(),
+            tier_limit.into(),
+            "NOW".into(),
+            then.to_string(),
+        ];
         let admitted: i64 = if via == "command" {
             redis::cmd("XCLOAK.ALLOW").arg(key).arg(&args).query(conn).unwrap()
         } else {
@@ -363,13 +441,25 @@ fn examples_print_ietf_headers_for_tiers() {
         for (server, via) in [(&with_module, "command"), (&without, "script")] {
             let key = format!("tiers:{lang:?}");
             server.with(|c| seed_past_entries(c, &format!("{key}:1"), via));
-            let args = [server.url(), key.clone(), WINDOW_MS.to_string(), LIMIT.to_string(), TIER_LINES.len().to_string()];
-            let args: Vec<String> = args.into_iter().chain(["--keys", "2", "--tier", TIER].map(String::from)).collect();
+            let args = [
+                server.url(),
+                key.clone(),
+                WINDOW_MS.to_string(),
+                LIMIT.to_string(),
+                TIER_LINES.len().to_string(),
+            ];
+            let args: Vec<String> = args
+                .into_iter()
+                .chain(["--keys", "2", "--tier", TIER].map(String::from))
+                .collect();
             let lines = run_example_with(lang, &args);
             assert_eq!(lines.len(), TIER_LINES.len(), "{lang:?} via {via}: {lines:#?}");
             for (i, (line, expected)) in lines.iter().zip(TIER_LINES).enumerate() {
                 let expected = format!("{expected} | via {via}");
-                assert!(matches_pattern(line, &expected), "{lang:?} request {i}:\n got      {line}\n expected {expected}");
+                assert!(
+                    matches_pattern(line, &expected),
+                    "{lang:?} request {i}:\n got      {line}\n expected {expected}"
+                );
             }
             // Admitted: 3 on KEY:0; 2 on KEY:1 beside the 3 seeded. Refused: none recorded.
             let held = server.with(|c| [0, 1].map(|n| entries(c, &format!("{key}:{n}")).len()));
@@ -409,9 +499,27 @@ struct ClusterRun {
 }
 
 const CLUSTER_RUNS: &[ClusterRun] = &[
-    ClusterRun { name: "node-redis", lang: Lang::Node, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Shared) },
-    ClusterRun { name: "ioredis", lang: Lang::Ioredis, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
-    ClusterRun { name: "ioredis-pipeline", lang: Lang::Ioredis, options: &["--mode", "pipeline"], key_prefix: "", replica_reads: None },
+    ClusterRun {
+        name: "node-redis",
+        lang: Lang::Node,
+        options: &[],
+        key_prefix: "",
+        replica_reads: Some(ReplicaReads::Shared),
+    },
+    ClusterRun {
+        name: "ioredis",
+        lang: Lang::Ioredis,
+        options: &[],
+        key_prefix: "",
+        replica_reads: Some(ReplicaReads::Only),
+    },
+    ClusterRun {
+        name: "ioredis-pipeline",
+        lang: Lang::Ioredis,
+        options: &["--mode", "pipeline"],
+        key_prefix: "",
+        replica_reads: None,
+    },
     // The key given is "ioredis-auto": only the prefix puts it under the ACL's `rl:*`.
     ClusterRun {
         name: "ioredis-auto",
@@ -420,10 +528,34 @@ const CLUSTER_RUNS: &[ClusterRun] = &[
         key_prefix: "rl:",
         replica_reads: Some(ReplicaReads::Only),
     },
-    ClusterRun { name: "redis-py", lang: Lang::Python, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
-    ClusterRun { name: "redis-py-asyncio", lang: Lang::Python, options: &["--asyncio"], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
-    ClusterRun { name: "go-redis", lang: Lang::Go, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
-    ClusterRun { name: "rust-redis", lang: Lang::Rust, options: &[], key_prefix: "", replica_reads: Some(ReplicaReads::Only) },
+    ClusterRun {
+        name: "redis-py",
+        lang: Lang::Python,
+        options: &[],
+        key_prefix: "",
+        replica_reads: Some(ReplicaReads::Only),
+    },
+    ClusterRun {
+        name: "redis-py-asyncio",
+        lang: Lang::Python,
+        options: &["--asyncio"],
+        key_prefix: "",
+        replica_reads: Some(ReplicaReads::Only),
+    },
+    ClusterRun {
+        name: "go-redis",
+        lang: Lang::Go,
+        options: &[],
+        key_prefix: "",
+        replica_reads: Some(ReplicaReads::Only),
+    },
+    ClusterRun {
+        name: "rust-redis",
+        lang: Lang::Rust,
+        options: &[],
+        key_prefix: "",
+        replica_reads: Some(ReplicaReads::Only),
+    },
 ];
 
 /// The ACL rules of the cluster user documented in docs/commands.md (the line
@@ -448,7 +580,13 @@ fn stat_sum(nodes: &[&Server], section: &str, line_prefix: &str) -> u64 {
             let info: String = node.with(|c| redis::cmd("INFO").arg(section).query(c).unwrap());
             info.lines()
                 .find_map(|l| l.strip_prefix(line_prefix))
-                .map(|rest| rest.split(|ch: char| !ch.is_ascii_digit()).next().unwrap().parse::<u64>().unwrap())
+                .map(|rest| {
+                    rest.split(|ch: char| !ch.is_ascii_digit())
+                        .next()
+                        .unwrap()
+                        .parse::<u64>()
+                        .unwrap()
+                })
                 .unwrap_or(0)
         })
         .sum()
@@ -460,14 +598,22 @@ fn stat_sum(nodes: &[&Server], section: &str, line_prefix: &str) -> u64 {
 /// client that reads its slot map before then has no replica to read from.
 fn wait_replicas_listed(cluster: &Cluster) {
     let listed = |node: &Server| -> bool {
-        let Ok(redis::Value::Array(ranges)) = node.with(|c| redis::cmd("CLUSTER").arg("SLOTS").query(c)) else { return false };
+        let Ok(redis::Value::Array(ranges)) = node.with(|c| redis::cmd("CLUSTER").arg("SLOTS").query(c)) else {
+            return false;
+        };
         !ranges.is_empty()
-            && ranges.iter().all(|r| matches!(r, redis::Value::Array(parts) if parts.len() >= 3 + cluster.replicas_per_primary))
+            && ranges
+                .iter()
+                .all(|r| matches!(r, redis::Value::Array(parts) if parts.len() >= 3 + cluster.replicas_per_primary))
     };
     for node in &cluster.nodes {
         let ok = eventually(std::time::Duration::from_secs(60), || listed(node));
         let slots: redis::Value = node.with(|c| redis::cmd("CLUSTER").arg("SLOTS").query(c).unwrap());
-        assert!(ok, "node {} does not list every replica in CLUSTER SLOTS after 60 s: {slots:?}", node.port);
+        assert!(
+            ok,
+            "node {} does not list every replica in CLUSTER SLOTS after 60 s: {slots:?}",
+            node.port
+        );
     }
 }
 
@@ -485,8 +631,16 @@ fn assert_admissions(run: &ClusterRun, lines: &[String], peek: bool) {
     for (i, line) in lines.iter().enumerate() {
         let d = parse(line);
         assert_eq!(d.via, "command", "{} request {i}: {line}", run.name);
-        let expected = if !peek && i < CLUSTER_KEYS * LIMIT as usize { 200 } else { 429 };
-        assert_eq!(d.status, expected, "{} request {i} ({admitted} admitted in all): {line}", run.name);
+        let expected = if !peek && i < CLUSTER_KEYS * LIMIT as usize {
+            200
+        } else {
+            429
+        };
+        assert_eq!(
+            d.status, expected,
+            "{} request {i} ({admitted} admitted in all): {line}",
+            run.name
+        );
     }
     if !peek {
         assert_eq!(admitted, CLUSTER_KEYS * LIMIT as usize, "{}", run.name);
@@ -496,42 +650,103 @@ fn assert_admissions(run: &ClusterRun, lines: &[String], peek: bool) {
 #[test]
 fn cluster_clients_reach_the_key_node_directly() {
     let cluster = Cluster::start(3, 1);
-    println!("server {} {:?}", if is_valkey() { "valkey" } else { "redis" }, server_version());
-    let primaries: Vec<&Server> = cluster.primary_indexes().into_iter().map(|i| &cluster.nodes[i]).collect();
-    let replicas: Vec<&Server> = cluster.nodes.iter().filter(|n| !primaries.iter().any(|p| p.port == n.port)).collect();
+    println!(
+        "server {} {:?}",
+        if is_valkey() { "valkey" } else { "redis" },
+        server_version()
+    );
+    let primaries: Vec<&Server> = cluster
+        .primary_indexes()
+        .into_iter()
+        .map(|i| &cluster.nodes[i])
+        .collect();
+    let replicas: Vec<&Server> = cluster
+        .nodes
+        .iter()
+        .filter(|n| !primaries.iter().any(|p| p.port == n.port))
+        .collect();
     let rules = documented_cluster_acl();
     for node in &cluster.nodes {
-        node.with(|c| redis::cmd("ACL").arg("SETUSER").arg(ACL_USER).arg(&rules).query::<()>(c))
-            .unwrap_or_else(|e| panic!("ACL SETUSER {rules:?} on {}: {e}", node.port));
+        node.with(|c| {
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(ACL_USER)
+                .arg(&rules)
+                .query::<()>(c)
+        })
+        .unwrap_or_else(|e| panic!("ACL SETUSER {rules:?} on {}: {e}", node.port));
     }
     let url = format!("redis://{ACL_USER}:{ACL_PASSWORD}@127.0.0.1:{}/", cluster.nodes[0].port);
     let all: Vec<&Server> = cluster.nodes.iter().collect();
 
     for run in CLUSTER_RUNS {
         // Under the ACL's `rl:*`: given by the caller, or added by the client's prefix.
-        let key = if run.key_prefix.is_empty() { format!("rl:{}", run.name) } else { run.name.to_string() };
-        let mut args = vec![url.clone(), key.clone(), CLUSTER_WINDOW_MS.to_string(), LIMIT.to_string(), CLUSTER_CALLS.to_string()];
+        let key = if run.key_prefix.is_empty() {
+            format!("rl:{}", run.name)
+        } else {
+            run.name.to_string()
+        };
+        let mut args = vec![
+            url.clone(),
+            key.clone(),
+            CLUSTER_WINDOW_MS.to_string(),
+            LIMIT.to_string(),
+            CLUSTER_CALLS.to_string(),
+        ];
         args.extend(["--cluster", "--keys", &CLUSTER_KEYS.to_string()].map(String::from));
         args.extend(run.options.iter().map(|o| o.to_string()));
 
         reset_stats(&cluster);
         let lines = run_example_with(run.lang, &args);
         assert_admissions(run, &lines, false);
-        assert_eq!(stat_sum(&all, "errorstats", "errorstat_MOVED:count="), 0, "{}: MOVED replies", run.name);
-        assert_eq!(stat_sum(&primaries, "commandstats", "cmdstat_xcloak.allow:calls="), CLUSTER_CALLS as u64, "{}", run.name);
+        assert_eq!(
+            stat_sum(&all, "errorstats", "errorstat_MOVED:count="),
+            0,
+            "{}: MOVED replies",
+            run.name
+        );
+        assert_eq!(
+            stat_sum(&primaries, "commandstats", "cmdstat_xcloak.allow:calls="),
+            CLUSTER_CALLS as u64,
+            "{}",
+            run.name
+        );
         // Every window where its slot lives, under the key the client built.
         let stored_key = format!("{}{key}", run.key_prefix);
         let counts: Vec<usize> = primaries
             .iter()
-            .map(|p| p.with(|c| redis::cmd("KEYS").arg(format!("{stored_key}:*")).query::<Vec<String>>(c).unwrap().len()))
+            .map(|p| {
+                p.with(|c| {
+                    redis::cmd("KEYS")
+                        .arg(format!("{stored_key}:*"))
+                        .query::<Vec<String>>(c)
+                        .unwrap()
+                        .len()
+                })
+            })
             .collect();
-        assert_eq!(counts.iter().sum::<usize>(), CLUSTER_KEYS, "{}: keys {stored_key}:* per primary {counts:?}", run.name);
-        assert!(counts.iter().all(|&n| n > 0), "{}: every primary serves some keys {counts:?}", run.name);
-        println!("{}: {} of {} admitted, 0 MOVED, keys per primary {counts:?}", run.name, CLUSTER_KEYS * LIMIT as usize, CLUSTER_CALLS);
+        assert_eq!(
+            counts.iter().sum::<usize>(),
+            CLUSTER_KEYS,
+            "{}: keys {stored_key}:* per primary {counts:?}",
+            run.name
+        );
+        assert!(
+            counts.iter().all(|&n| n > 0),
+            "{}: every primary serves some keys {counts:?}",
+            run.name
+        );
+        println!(
+            "{}: {} of {} admitted, 0 MOVED, keys per primary {counts:?}",
+            run.name,
+            CLUSTER_KEYS * LIMIT as usize,
+            CLUSTER_CALLS
+        );
 
         let Some(reads) = run.replica_reads else { continue };
         for &replica in &replicas {
-            let primary = &cluster.nodes[cluster.primary_of(cluster.nodes.iter().position(|n| n.port == replica.port).unwrap())];
+            let primary =
+                &cluster.nodes[cluster.primary_of(cluster.nodes.iter().position(|n| n.port == replica.port).unwrap())];
             wait_replicated(primary, replica);
         }
         wait_replicas_listed(&cluster);
@@ -539,7 +754,12 @@ fn cluster_clients_reach_the_key_node_directly() {
         args.push("--peek".to_string());
         let lines = run_example_with(run.lang, &args);
         assert_admissions(run, &lines, true);
-        assert_eq!(stat_sum(&all, "errorstats", "errorstat_MOVED:count="), 0, "{} --peek: MOVED replies", run.name);
+        assert_eq!(
+            stat_sum(&all, "errorstats", "errorstat_MOVED:count="),
+            0,
+            "{} --peek: MOVED replies",
+            run.name
+        );
         let on_replicas = stat_sum(&replicas, "commandstats", "cmdstat_xcloak.peek:calls=");
         let on_primaries = stat_sum(&primaries, "commandstats", "cmdstat_xcloak.peek:calls=");
         assert_eq!(on_replicas + on_primaries, CLUSTER_CALLS as u64, "{} --peek", run.name);
@@ -547,7 +767,10 @@ fn cluster_clients_reach_the_key_node_directly() {
             ReplicaReads::Only => assert_eq!(on_primaries, 0, "{} --peek: PEEKs on primaries", run.name),
             ReplicaReads::Shared => assert!(on_replicas > 0, "{} --peek: no PEEK on a replica", run.name),
         }
-        println!("{} --peek: {on_replicas} PEEKs on replicas, {on_primaries} on primaries, 0 MOVED", run.name);
+        println!(
+            "{} --peek: {on_replicas} PEEKs on replicas, {on_primaries} on primaries, 0 MOVED",
+            run.name
+        );
     }
 }
 
@@ -561,13 +784,27 @@ fn the_ioredis_helper_refuses_an_untested_version() {
     for (package, version) in [("ioredis", "5.9.9"), ("@ioredis/commands", "2.0.0")] {
         let folder = dir.join("node_modules").join(package);
         std::fs::create_dir_all(&folder).unwrap();
-        std::fs::write(folder.join("package.json"), format!(r#"{{"name":"{package}","version":"{version}","main":"index.js"}}"#)).unwrap();
+        std::fs::write(
+            folder.join("package.json"),
+            format!(r#"{{"name":"{package}","version":"{version}","main":"index.js"}}"#),
+        )
+        .unwrap();
         std::fs::write(folder.join("index.js"), "module.exports = {};").unwrap();
     }
-    let script = format!("require('xcloak/ioredis').install({{ from: {:?} }})", dir.to_str().unwrap());
-    let output = Command::new("node").args(["-e", &script]).current_dir(repo().join("docs/examples/node")).output().expect("run node");
+    let script = format!(
+        "require('xcloak/ioredis').install({{ from: {:?} }})",
+        dir.to_str().unwrap()
+    );
+    let output = Command::new("node")
+        .args(["-e", &script])
+        .current_dir(repo().join("docs/examples/node"))
+        .output()
+        .expect("run node");
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "install() accepted ioredis 5.9.9:\n{stderr}");
-    assert!(stderr.contains("ioredis 5.9.9 is not a tested version (tested: 6.0.0)"), "{stderr}");
+    assert!(
+        stderr.contains("ioredis 5.9.9 is not a tested version (tested: 6.0.0)"),
+        "{stderr}"
+    );
 }

@@ -39,7 +39,11 @@ fn node() -> Server {
 fn replicaof(server: &Server, primary: Option<&Server>) {
     let mut conn = server.client();
     let reply: String = match primary {
-        Some(p) => redis::cmd("REPLICAOF").arg("127.0.0.1").arg(p.port).query(&mut conn).unwrap(),
+        Some(p) => redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(p.port)
+            .query(&mut conn)
+            .unwrap(),
         None => redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut conn).unwrap(),
     };
     assert!(reply.starts_with("OK"), "REPLICAOF: {reply}");
@@ -47,7 +51,10 @@ fn replicaof(server: &Server, primary: Option<&Server>) {
 
 fn wait_linked(replica: &Server) {
     let linked = eventually(Duration::from_secs(30), || {
-        replica.with(|c| info_field(c, "replication", "master_link_status")).as_deref() == Some("up")
+        replica
+            .with(|c| info_field(c, "replication", "master_link_status"))
+            .as_deref()
+            == Some("up")
     });
     assert!(linked, "replica {} not linked:\n{}", replica.port, replica.log());
 }
@@ -62,7 +69,12 @@ fn wait_synced(primary: &Server, replicas: &[&Server]) {
 fn all_entries(server: &Server) -> BTreeMap<String, Vec<(String, f64)>> {
     server.with(|c| {
         let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(c).unwrap();
-        keys.into_iter().map(|k| { let e = entries(c, &k); (k, e) }).collect()
+        keys.into_iter()
+            .map(|k| {
+                let e = entries(c, &k);
+                (k, e)
+            })
+            .collect()
     })
 }
 
@@ -170,7 +182,8 @@ fn promoting_a_replica_under_load_loses_no_window_and_over_admits_nothing() {
                             // The old primary, demoted: READONLY (not admitted), or it
                             // dropped the connection (outcome unknown). Move on.
                             Err(e) if !on_new => {
-                                let dropped = e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error();
+                                let dropped =
+                                    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error();
                                 // (The crate displays READONLY as "ReadOnly": match the code.)
                                 assert!(e.code() == Some("READONLY") || dropped, "old primary: {e}");
                                 if dropped {
@@ -184,7 +197,10 @@ fn promoting_a_replica_under_load_loses_no_window_and_over_admits_nothing() {
                             Err(e) => panic!("promoted node: {e}"),
                         }
                         let entry = counts.entry(key).or_default();
-                        let acked: RedisResult<i64> = redis::cmd("WAIT").arg(if on_new { 1 } else { 2 }).arg(if on_new { 30_000 } else { 5_000 }).query(&mut conn);
+                        let acked: RedisResult<i64> = redis::cmd("WAIT")
+                            .arg(if on_new { 1 } else { 2 })
+                            .arg(if on_new { 30_000 } else { 5_000 })
+                            .query(&mut conn);
                         if on_new {
                             entry.admitted_after += 1;
                             assert!(acked.unwrap() >= 1, "WAIT on the promoted node reaches its replica");
@@ -224,17 +240,21 @@ fn promoting_a_replica_under_load_loses_no_window_and_over_admits_nothing() {
             total.unknown_before += c.unknown_before;
         }
     }
-    let (replied, acked, after): (i64, i64, i64) = counts
-        .values()
-        .fold((0, 0, 0), |(r, a, n), c| (r + c.replied_before, a + c.acked_before, n + c.admitted_after));
-    assert!(acked > 0 && after > 0, "load on both sides of the switch: {acked} acked before, {after} after");
+    let (replied, acked, after): (i64, i64, i64) = counts.values().fold((0, 0, 0), |(r, a, n), c| {
+        (r + c.replied_before, a + c.acked_before, n + c.admitted_after)
+    });
+    assert!(
+        acked > 0 && after > 0,
+        "load on both sides of the switch: {acked} acked before, {after} after"
+    );
     eprintln!("failover: {replied} admissions replied before the switch ({acked} WAITed), {after} after");
 
     // Then fill every window on the promoted node: each must take exactly
     // what its limit leaves after the entries it already holds.
     {
         let mut conn = promoted.client();
-        let keys = (0..LOAD_KEYS).map(|i| (format!("load:{i}"), load_limit(i)))
+        let keys = (0..LOAD_KEYS)
+            .map(|i| (format!("load:{i}"), load_limit(i)))
             .chain((0..SPAN_KEYS).map(|i| (format!("span:{i}"), SPAN_LIMIT)));
         for (key, limit) in keys {
             // Batches of 100: once a call is rejected, so are the rest (long window).
@@ -255,36 +275,76 @@ fn promoting_a_replica_under_load_loses_no_window_and_over_admits_nothing() {
     // (Waits for both to link to the promoted node first.)
     wait_synced(&promoted, &[&other, &old_primary]);
     let finally = all_entries(&promoted);
-    assert_eq!(all_entries(&other), finally, "the other replica follows the promoted node exactly");
-    assert_eq!(all_entries(&old_primary), finally, "the demoted primary converged (its unacknowledged writes are gone)");
+    assert_eq!(
+        all_entries(&other),
+        finally,
+        "the other replica follows the promoted node exactly"
+    );
+    assert_eq!(
+        all_entries(&old_primary),
+        finally,
+        "the demoted primary converged (its unacknowledged writes are gone)"
+    );
 
     let limit_of = |key: &str| -> i64 {
-        if key.starts_with("span:") { SPAN_LIMIT } else { load_limit(key["load:".len()..].parse().unwrap()) }
+        if key.starts_with("span:") {
+            SPAN_LIMIT
+        } else {
+            load_limit(key["load:".len()..].parse().unwrap())
+        }
     };
     let mut spanning = 0;
-    for key in counts.keys().chain(at_promotion.keys()).collect::<std::collections::BTreeSet<_>>() {
+    for key in counts
+        .keys()
+        .chain(at_promotion.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         let c = counts.get(key).cloned().unwrap_or_default();
         let limit = limit_of(key);
         let before = at_promotion.get(key).cloned().unwrap_or_default();
         let end = finally.get(key).cloned().unwrap_or_default();
         let span_seed = if key.starts_with("span:") { SPAN_LIMIT / 2 } else { 0 };
         // No acknowledged admission lost: the promoted node had them all.
-        assert!(before.len() as i64 >= c.acked_before + span_seed, "{key}: {} entries at promotion < {} acknowledged", before.len(), c.acked_before + span_seed);
-        assert!(before.len() as i64 <= c.replied_before + c.unknown_before + span_seed, "{key}: more entries than admissions");
+        assert!(
+            before.len() as i64 >= c.acked_before + span_seed,
+            "{key}: {} entries at promotion < {} acknowledged",
+            before.len(),
+            c.acked_before + span_seed
+        );
+        assert!(
+            before.len() as i64 <= c.replied_before + c.unknown_before + span_seed,
+            "{key}: more entries than admissions"
+        );
         // Earlier entries kept, with their scores; later ones only added.
         for entry in &before {
-            assert!(end.contains(entry), "{key}: {entry:?} lost or overwritten after the promotion");
+            assert!(
+                end.contains(entry),
+                "{key}: {entry:?} lost or overwritten after the promotion"
+            );
         }
-        assert_eq!(end.len() as i64, before.len() as i64 + c.admitted_after, "{key}: ZCARD == entries at promotion + admissions after");
+        assert_eq!(
+            end.len() as i64,
+            before.len() as i64 + c.admitted_after,
+            "{key}: ZCARD == entries at promotion + admissions after"
+        );
         // Nothing over-admitted: acknowledged before + admitted after <= limit.
-        assert!(c.acked_before + span_seed + c.admitted_after <= limit, "{key}: over-admitted ({} + {} > {limit})", c.acked_before + span_seed, c.admitted_after);
+        assert!(
+            c.acked_before + span_seed + c.admitted_after <= limit,
+            "{key}: over-admitted ({} + {} > {limit})",
+            c.acked_before + span_seed,
+            c.admitted_after
+        );
         assert_eq!(end.len() as i64, limit, "{key}: full, and not beyond its limit");
         if before.len() > 0 && c.admitted_after > 0 {
             spanning += 1;
         }
         if key.starts_with("span:") {
             // Half full before the switch: exactly the other half admitted after.
-            assert_eq!(c.admitted_after, SPAN_LIMIT - before.len() as i64, "{key}: window neither lost nor reset");
+            assert_eq!(
+                c.admitted_after,
+                SPAN_LIMIT - before.len() as i64,
+                "{key}: window neither lost nor reset"
+            );
         }
     }
     assert!(spanning >= SPAN_KEYS, "windows spanning the switch: {spanning}");

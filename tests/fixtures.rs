@@ -54,7 +54,10 @@ enum Json {
 
 impl Json {
     fn parse(text: &str) -> Json {
-        let mut parser = Parser { bytes: text.as_bytes(), pos: 0 };
+        let mut parser = Parser {
+            bytes: text.as_bytes(),
+            pos: 0,
+        };
         let value = parser.value();
         parser.space();
         assert_eq!(parser.pos, parser.bytes.len(), "trailing bytes in the JSON");
@@ -67,7 +70,8 @@ impl Json {
         }
     }
     fn field(&self, field: &str) -> &Json {
-        self.get(field).unwrap_or_else(|| panic!("no field {field:?} in {self:?}"))
+        self.get(field)
+            .unwrap_or_else(|| panic!("no field {field:?} in {self:?}"))
     }
     fn int(&self) -> i64 {
         match self {
@@ -95,7 +99,10 @@ impl Json {
     }
     /// `[[a, b], ...]` as pairs.
     fn pairs(&self) -> Vec<(i64, i64)> {
-        self.arr().iter().map(|p| (p.arr()[0].int(), p.arr()[1].int())).collect()
+        self.arr()
+            .iter()
+            .map(|p| (p.arr()[0].int(), p.arr()[1].int()))
+            .collect()
     }
 }
 
@@ -112,7 +119,13 @@ impl Parser<'_> {
     }
     fn eat(&mut self, byte: u8) {
         self.space();
-        assert_eq!(self.bytes.get(self.pos), Some(&byte), "JSON: expected {:?} at {}", byte as char, self.pos);
+        assert_eq!(
+            self.bytes.get(self.pos),
+            Some(&byte),
+            "JSON: expected {:?} at {}",
+            byte as char,
+            self.pos
+        );
         self.pos += 1;
     }
     fn peek(&mut self) -> u8 {
@@ -158,11 +171,16 @@ impl Parser<'_> {
             b'"' => Json::Str(self.string()),
             _ => {
                 let start = self.pos;
-                while self.pos < self.bytes.len() && (self.bytes[self.pos] == b'-' || self.bytes[self.pos].is_ascii_digit()) {
+                while self.pos < self.bytes.len()
+                    && (self.bytes[self.pos] == b'-' || self.bytes[self.pos].is_ascii_digit())
+                {
                     self.pos += 1;
                 }
                 let text = std::str::from_utf8(&self.bytes[start..self.pos]).unwrap();
-                Json::Int(text.parse().unwrap_or_else(|_| panic!("JSON: not an integer at {start}: {text:?}")))
+                Json::Int(
+                    text.parse()
+                        .unwrap_or_else(|_| panic!("JSON: not an integer at {start}: {text:?}")),
+                )
             }
         }
     }
@@ -216,11 +234,19 @@ fn fixtures() -> Vec<Fixture> {
             let dir = entry.ok()?.path();
             let text = std::fs::read_to_string(dir.join("expected.json")).ok()?;
             let version = dir.file_name()?.to_string_lossy().into_owned();
-            Some(Fixture { version, dir, expected: Json::parse(&text) })
+            Some(Fixture {
+                version,
+                dir,
+                expected: Json::parse(&text),
+            })
         })
         .collect();
     found.sort_by(|a, b| a.version.cmp(&b.version));
-    assert!(found.iter().any(|f| f.version == "0.1.0"), "the 0.1.0 fixtures are missing from {}", root.display());
+    assert!(
+        found.iter().any(|f| f.version == "0.1.0"),
+        "the 0.1.0 fixtures are missing from {}",
+        root.display()
+    );
     found
 }
 
@@ -294,28 +320,52 @@ fn check_key(conn: &mut Connection, fixture: &Fixture, key: &str, expected: &Jso
         assert_eq!(stored, recorded, "{context}: stored entries");
         if kind == "zset" {
             let members: Vec<Vec<u8>> = redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).query(conn).unwrap();
-            assert_eq!(fnv1a64(&members), expected.field("members_fnv1a64").str(), "{context}: members");
+            assert_eq!(
+                fnv1a64(&members),
+                expected.field("members_fnv1a64").str(),
+                "{context}: members"
+            );
             if let Some(listed) = expected.get("members") {
                 let listed: Vec<&str> = listed.arr().iter().map(Json::str).collect();
-                let members: Vec<String> = members.iter().map(|m| String::from_utf8_lossy(m).into_owned()).collect();
+                let members: Vec<String> = members
+                    .iter()
+                    .map(|m| String::from_utf8_lossy(m).into_owned())
+                    .collect();
                 assert_eq!(members, listed, "{context}: members");
             }
         }
         let now = fixture.expected.field("now").int();
-        for (peek, reply) in fixture.expected.field("peeks").arr().iter().zip(expected.field("peek").arr()) {
+        for (peek, reply) in fixture
+            .expected
+            .field("peeks")
+            .arr()
+            .iter()
+            .zip(expected.field("peek").arr())
+        {
             let cmd = query_args("XCLOAK.PEEK", key, peek.field("tiers"), peek.field("cost").int(), now);
-            let got: Value = cmd.query(conn).unwrap_or_else(|e| panic!("{context}: PEEK {peek:?}: {e}"));
+            let got: Value = cmd
+                .query(conn)
+                .unwrap_or_else(|e| panic!("{context}: PEEK {peek:?}: {e}"));
             assert_eq!(&json_of(&got), reply, "{context}: PEEK {peek:?}");
         }
         // An admission on a COPY: the same reply, and it leaves the trimmed
         // runs plus its own entries.
         let probe = format!("{{{key}}}:probe");
-        let copied: i64 = redis::cmd("COPY").arg(key).arg(&probe).arg("REPLACE").query(conn).unwrap();
+        let copied: i64 = redis::cmd("COPY")
+            .arg(key)
+            .arg(&probe)
+            .arg("REPLACE")
+            .query(conn)
+            .unwrap();
         assert_eq!(copied, 1, "{context}: COPY");
         let spec = fixture.expected.field("probe");
         let cost = spec.field("cost").int();
         let mut cmd = query_args("XCLOAK.ALLOW", &probe, spec.field("tiers"), cost, now);
-        let got: Value = cmd.arg("DETAILS").arg("STAMP").query(conn).unwrap_or_else(|e| panic!("{context}: ALLOW: {e}"));
+        let got: Value = cmd
+            .arg("DETAILS")
+            .arg("STAMP")
+            .query(conn)
+            .unwrap_or_else(|e| panic!("{context}: ALLOW: {e}"));
         let reply = json_of(&got);
         assert_eq!(&reply, expected.field("allow"), "{context}: ALLOW on a copy");
         let trimmed = expected.field("allow_trims_runs").int() as usize;
@@ -329,19 +379,31 @@ fn check_key(conn: &mut Connection, fixture: &Fixture, key: &str, expected: &Jso
                 }
             }
         }
-        assert_eq!(runs(conn, &probe), after, "{context}: entries after the ALLOW on a copy");
+        assert_eq!(
+            runs(conn, &probe),
+            after,
+            "{context}: entries after the ALLOW on a copy"
+        );
         let _: i64 = redis::cmd("DEL").arg(&probe).query(conn).unwrap();
     }
     let recorded_expiry = expected.field("pexpiretime").int();
     match loaded {
-        Loaded::Restored => assert_eq!(redis::cmd("PTTL").arg(key).query::<i64>(conn).unwrap(), -1, "{context}: RESTORE ... 0"),
+        Loaded::Restored => assert_eq!(
+            redis::cmd("PTTL").arg(key).query::<i64>(conn).unwrap(),
+            -1,
+            "{context}: RESTORE ... 0"
+        ),
         Loaded::Persisted if at_least_7_0() => {
             let expiry: i64 = redis::cmd("PEXPIRETIME").arg(key).query(conn).unwrap();
             assert_eq!(expiry, recorded_expiry, "{context}: expiry");
         }
         Loaded::Persisted => {
             let ttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
-            assert_eq!(ttl > 0, recorded_expiry > 0, "{context}: PTTL {ttl}, recorded expiry {recorded_expiry}");
+            assert_eq!(
+                ttl > 0,
+                recorded_expiry > 0,
+                "{context}: PTTL {ttl}, recorded expiry {recorded_expiry}"
+            );
             assert!(ttl == -1 || ttl > 0, "{context}: PTTL {ttl}");
         }
     }
@@ -353,7 +415,10 @@ fn check_keyspace(conn: &mut Connection, fixture: &Fixture, context: &str) {
     let dbsize: i64 = redis::cmd("DBSIZE").query(conn).unwrap();
     assert_eq!(dbsize as usize, keys.len(), "{context}: DBSIZE");
     let compact = keys.values().filter(|k| k.field("type").str() == "xcloaklog").count();
-    assert!(compact >= 10 && keys.len() > compact, "{context}: both forms are in the fixture");
+    assert!(
+        compact >= 10 && keys.len() > compact,
+        "{context}: both forms are in the fixture"
+    );
     for (key, expected) in keys {
         check_key(conn, fixture, key, expected, Loaded::Persisted, context);
     }
@@ -389,7 +454,11 @@ fn reload_and_check(server: &Server, fixture: &Fixture, context: &str) {
     check_keyspace(&mut conn, fixture, context);
     let reloaded: String = redis::cmd("DEBUG").arg("RELOAD").query(&mut conn).unwrap();
     assert_eq!(reloaded, "OK");
-    check_keyspace(&mut conn, fixture, &format!("{context}, then saved and reloaded by this build"));
+    check_keyspace(
+        &mut conn,
+        fixture,
+        &format!("{context}, then saved and reloaded by this build"),
+    );
 }
 
 #[test]
@@ -413,7 +482,11 @@ fn aof_files_with_the_rdb_preamble_of_earlier_releases_load() {
         }
         let dir = fixture.dir.join("aof-preamble/appendonlydir");
         let server = server_with(&[(dir, "appendonlydir")], &[("appendonly", "yes")]);
-        reload_and_check(&server, &fixture, &format!("{} AOF with the RDB preamble", fixture.version));
+        reload_and_check(
+            &server,
+            &fixture,
+            &format!("{} AOF with the RDB preamble", fixture.version),
+        );
     }
 }
 
@@ -435,7 +508,8 @@ fn aof_files_without_the_rdb_preamble_of_earlier_releases_load() {
                     text.extend(std::fs::read(dir.join(name)).unwrap());
                 }
             }
-            let single = std::env::temp_dir().join(format!("xcloak-fixture-{}-{}.aof", fixture.version, std::process::id()));
+            let single =
+                std::env::temp_dir().join(format!("xcloak-fixture-{}-{}.aof", fixture.version, std::process::id()));
             std::fs::write(&single, text).unwrap();
             eprintln!("{context}: loaded as one appendonly.aof (base + incr) on this server");
             let server = server_with(&[(single.clone(), "appendonly.aof")], &[("appendonly", "yes")]);
@@ -461,18 +535,48 @@ fn dump_payloads_of_earlier_releases_restore() {
         let mut restored = 0;
         for (key, expected) in fixture.expected.field("keys").obj() {
             let Some(hex) = expected.get("dump") else { continue };
-            let payload: Vec<u8> = (0..hex.str().len()).step_by(2).map(|i| u8::from_str_radix(&hex.str()[i..i + 2], 16).unwrap()).collect();
+            let payload: Vec<u8> = (0..hex.str().len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex.str()[i..i + 2], 16).unwrap())
+                .collect();
             let context = format!("{} DUMP payload of {key}", fixture.version);
-            let _: () = redis::cmd("RESTORE").arg(key).arg(0).arg(payload.as_slice()).query(&mut conn)
+            let _: () = redis::cmd("RESTORE")
+                .arg(key)
+                .arg(0)
+                .arg(payload.as_slice())
+                .query(&mut conn)
                 .unwrap_or_else(|e| panic!("{context}: RESTORE refused it: {e}\n{}", server.log()));
             check_key(&mut conn, &fixture, key, expected, Loaded::Restored, &context);
             // The payload this build dumps for it restores to the same window.
             let again: Vec<u8> = redis::cmd("DUMP").arg(key).query(&mut conn).unwrap();
-            let _: () = redis::cmd("RESTORE").arg(key).arg(0).arg(again.as_slice()).arg("REPLACE").query(&mut conn).unwrap();
-            check_key(&mut conn, &fixture, key, expected, Loaded::Restored, &format!("{context}, dumped and restored by this build"));
+            let _: () = redis::cmd("RESTORE")
+                .arg(key)
+                .arg(0)
+                .arg(again.as_slice())
+                .arg("REPLACE")
+                .query(&mut conn)
+                .unwrap();
+            check_key(
+                &mut conn,
+                &fixture,
+                key,
+                expected,
+                Loaded::Restored,
+                &format!("{context}, dumped and restored by this build"),
+            );
             restored += 1;
         }
-        let compact = fixture.expected.field("keys").obj().values().filter(|k| k.field("type").str() == "xcloaklog" && k.get("dump").is_some()).count();
-        assert!(compact >= 10 && restored > compact, "{}: payloads of both forms ({restored}, {compact} compact)", fixture.version);
+        let compact = fixture
+            .expected
+            .field("keys")
+            .obj()
+            .values()
+            .filter(|k| k.field("type").str() == "xcloaklog" && k.get("dump").is_some())
+            .count();
+        assert!(
+            compact >= 10 && restored > compact,
+            "{}: payloads of both forms ({restored}, {compact} compact)",
+            fixture.version
+        );
     }
 }

@@ -53,7 +53,14 @@ fn permutations(items: &[Vec<String>]) -> Vec<Vec<Vec<String>>> {
 
 fn subsets(items: &[Vec<String>]) -> Vec<Vec<Vec<String>>> {
     (0..1u32 << items.len())
-        .map(|mask| items.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, o)| o.clone()).collect())
+        .map(|mask| {
+            items
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, o)| o.clone())
+                .collect()
+        })
         .collect()
 }
 
@@ -63,11 +70,16 @@ fn words(text: &str) -> Vec<String> {
 
 /// A details reply with `TIER`: the five integers and the per-tier array.
 fn five_and_tiers(reply: &Value) -> ([i64; 5], Vec<[i64; 5]>) {
-    let Value::Array(items) = reply else { panic!("not an array: {reply:?}") };
+    let Value::Array(items) = reply else {
+        panic!("not an array: {reply:?}")
+    };
     assert_eq!(items.len(), 6, "{reply:?}");
     let five: Vec<i64> = redis::from_redis_value(&Value::Array(items[..5].to_vec())).unwrap();
     let tiers: Vec<Vec<i64>> = redis::from_redis_value(&items[5]).unwrap();
-    (five.try_into().unwrap(), tiers.into_iter().map(|t| t.try_into().unwrap()).collect())
+    (
+        five.try_into().unwrap(),
+        tiers.into_iter().map(|t| t.try_into().unwrap()).collect(),
+    )
 }
 
 /// Every subset of the options, in every order, with mixed case, gives the
@@ -77,7 +89,11 @@ fn options_in_every_order_and_case() {
     let server = Server::start();
     let mut conn = server.client();
     for command in ["XCLOAK.ALLOW", "XCLOAK.PEEK"] {
-        let mut options = vec![words("COST 2"), words(&format!("NOW {}", NOW + 500)), words("TIER 60000 10")];
+        let mut options = vec![
+            words("COST 2"),
+            words(&format!("NOW {}", NOW + 500)),
+            words("TIER 60000 10"),
+        ];
         if command == "XCLOAK.ALLOW" {
             options.push(words("DETAILS"));
         }
@@ -113,11 +129,19 @@ fn options_in_every_order_and_case() {
                 // The second tier (TIER 60000 10) has more room: tier 0 binds.
                 let (expected_card, expected, second) = if command == "XCLOAK.ALLOW" {
                     // ALLOW trims what expired, then records `cost` entries.
-                    (live + cost, [1, 5, 5 - live - cost, 0, 1000], [60000, 10, 10 - live - cost, 0, 60000])
+                    (
+                        live + cost,
+                        [1, 5, 5 - live - cost, 0, 1000],
+                        [60000, 10, 10 - live - cost, 0, 60000],
+                    )
                 } else {
                     // PEEK keeps everything and records nothing.
                     let reset_after = |window: i64| if has("NOW") { window - 500 } else { 0 };
-                    (3, [1, 5, 5 - live, 0, reset_after(1000)], [60000, 10, 10 - live, 0, reset_after(60000)])
+                    (
+                        3,
+                        [1, 5, 5 - live, 0, reset_after(1000)],
+                        [60000, 10, 10 - live, 0, reset_after(60000)],
+                    )
                 };
                 let card: i64 = redis::cmd("ZCARD").arg(&key).query(&mut conn).unwrap();
                 assert_eq!(card, expected_card, "{line:?}");
@@ -153,47 +177,122 @@ const TIER_VALUES: &str = "ERR syntax error, TIER needs a window and a limit";
 fn mistakes() -> Vec<(&'static str, String)> {
     let mut cases = vec![
         // Repeats, including in another case and with other options between.
-        ("XCLOAK.ALLOW k 10 5 COST 1 COST 2", "ERR syntax error, COST is given more than once".into()),
-        ("XCLOAK.ALLOW k 10 5 cost 1 NOW 5 Cost 1", "ERR syntax error, COST is given more than once".into()),
-        ("XCLOAK.ALLOW k 10 5 NOW 1 DETAILS now 1", "ERR syntax error, NOW is given more than once".into()),
-        ("XCLOAK.ALLOW k 10 5 DETAILS details", "ERR syntax error, DETAILS is given more than once".into()),
-        ("XCLOAK.PEEK k 10 5 NOW 1 NOW 1", "ERR syntax error, NOW is given more than once".into()),
-        ("XCLOAK.PEEK k 10 5 COST 1 COST 1", "ERR syntax error, COST is given more than once".into()),
+        (
+            "XCLOAK.ALLOW k 10 5 COST 1 COST 2",
+            "ERR syntax error, COST is given more than once".into(),
+        ),
+        (
+            "XCLOAK.ALLOW k 10 5 cost 1 NOW 5 Cost 1",
+            "ERR syntax error, COST is given more than once".into(),
+        ),
+        (
+            "XCLOAK.ALLOW k 10 5 NOW 1 DETAILS now 1",
+            "ERR syntax error, NOW is given more than once".into(),
+        ),
+        (
+            "XCLOAK.ALLOW k 10 5 DETAILS details",
+            "ERR syntax error, DETAILS is given more than once".into(),
+        ),
+        (
+            "XCLOAK.PEEK k 10 5 NOW 1 NOW 1",
+            "ERR syntax error, NOW is given more than once".into(),
+        ),
+        (
+            "XCLOAK.PEEK k 10 5 COST 1 COST 1",
+            "ERR syntax error, COST is given more than once".into(),
+        ),
         // Missing values.
-        ("XCLOAK.ALLOW k 10 5 COST", "ERR syntax error, COST needs a value".into()),
-        ("XCLOAK.ALLOW k 10 5 DETAILS NOW", "ERR syntax error, NOW needs a value".into()),
+        (
+            "XCLOAK.ALLOW k 10 5 COST",
+            "ERR syntax error, COST needs a value".into(),
+        ),
+        (
+            "XCLOAK.ALLOW k 10 5 DETAILS NOW",
+            "ERR syntax error, NOW needs a value".into(),
+        ),
         ("XCLOAK.PEEK k 10 5 NOW", "ERR syntax error, NOW needs a value".into()),
-        ("XCLOAK.PEEK k 10 5 NOW 5 COST", "ERR syntax error, COST needs a value".into()),
+        (
+            "XCLOAK.PEEK k 10 5 NOW 5 COST",
+            "ERR syntax error, COST needs a value".into(),
+        ),
         // An option is not a value.
         ("XCLOAK.ALLOW k 10 5 COST NOW 5", COST_RANGE.into()),
         ("XCLOAK.ALLOW k 10 5 NOW DETAILS", NOW_RANGE.into()),
         // Unknown options.
-        ("XCLOAK.ALLOW k 10 5 FOO", format!("ERR syntax error, unknown option 'FOO' {ALLOW_UNKNOWN}")),
-        ("XCLOAK.ALLOW k 10 5 DETAILS COSTS 1", format!("ERR syntax error, unknown option 'COSTS' {ALLOW_UNKNOWN}")),
-        ("XCLOAK.ALLOW k 10 5 NOW=5", format!("ERR syntax error, unknown option 'NOW=5' {ALLOW_UNKNOWN}")),
-        ("XCLOAK.ALLOW k 10 5 COST 1 2", format!("ERR syntax error, unknown option '2' {ALLOW_UNKNOWN}")),
-        ("XCLOAK.PEEK k 10 5 DETAILS", format!("ERR syntax error, unknown option 'DETAILS' {PEEK_UNKNOWN}")),
-        ("XCLOAK.PEEK k 10 5 COST 1 BAR", format!("ERR syntax error, unknown option 'BAR' {PEEK_UNKNOWN}")),
+        (
+            "XCLOAK.ALLOW k 10 5 FOO",
+            format!("ERR syntax error, unknown option 'FOO' {ALLOW_UNKNOWN}"),
+        ),
+        (
+            "XCLOAK.ALLOW k 10 5 DETAILS COSTS 1",
+            format!("ERR syntax error, unknown option 'COSTS' {ALLOW_UNKNOWN}"),
+        ),
+        (
+            "XCLOAK.ALLOW k 10 5 NOW=5",
+            format!("ERR syntax error, unknown option 'NOW=5' {ALLOW_UNKNOWN}"),
+        ),
+        (
+            "XCLOAK.ALLOW k 10 5 COST 1 2",
+            format!("ERR syntax error, unknown option '2' {ALLOW_UNKNOWN}"),
+        ),
+        (
+            "XCLOAK.PEEK k 10 5 DETAILS",
+            format!("ERR syntax error, unknown option 'DETAILS' {PEEK_UNKNOWN}"),
+        ),
+        (
+            "XCLOAK.PEEK k 10 5 COST 1 BAR",
+            format!("ERR syntax error, unknown option 'BAR' {PEEK_UNKNOWN}"),
+        ),
     ];
     // STAMP (ALLOW only) and XCLOAK.REFUND key stamp [COST cost].
     cases.extend([
-        ("XCLOAK.ALLOW k 10 5 STAMP stamp", "ERR syntax error, STAMP is given more than once".to_string()),
-        ("XCLOAK.ALLOW k 10 5 STAMP 5", format!("ERR syntax error, unknown option '5' {ALLOW_UNKNOWN}")),
-        ("XCLOAK.PEEK k 10 5 STAMP", format!("ERR syntax error, unknown option 'STAMP' {PEEK_UNKNOWN}")),
+        (
+            "XCLOAK.ALLOW k 10 5 STAMP stamp",
+            "ERR syntax error, STAMP is given more than once".to_string(),
+        ),
+        (
+            "XCLOAK.ALLOW k 10 5 STAMP 5",
+            format!("ERR syntax error, unknown option '5' {ALLOW_UNKNOWN}"),
+        ),
+        (
+            "XCLOAK.PEEK k 10 5 STAMP",
+            format!("ERR syntax error, unknown option 'STAMP' {PEEK_UNKNOWN}"),
+        ),
         // OLDEST (PEEK only).
-        ("XCLOAK.PEEK k 10 5 OLDEST oldest", "ERR syntax error, OLDEST is given more than once".to_string()),
-        ("XCLOAK.PEEK k 10 5 OLDEST 5", format!("ERR syntax error, unknown option '5' {PEEK_UNKNOWN}")),
-        ("XCLOAK.ALLOW k 10 5 DETAILS OLDEST", format!("ERR syntax error, unknown option 'OLDEST' {ALLOW_UNKNOWN}")),
+        (
+            "XCLOAK.PEEK k 10 5 OLDEST oldest",
+            "ERR syntax error, OLDEST is given more than once".to_string(),
+        ),
+        (
+            "XCLOAK.PEEK k 10 5 OLDEST 5",
+            format!("ERR syntax error, unknown option '5' {PEEK_UNKNOWN}"),
+        ),
+        (
+            "XCLOAK.ALLOW k 10 5 DETAILS OLDEST",
+            format!("ERR syntax error, unknown option 'OLDEST' {ALLOW_UNKNOWN}"),
+        ),
         ("XCLOAK.REFUND k -1", STAMP_RANGE.to_string()),
         ("XCLOAK.REFUND k 9007199254740992", STAMP_RANGE.to_string()),
         ("XCLOAK.REFUND k 1e3", STAMP_RANGE.to_string()),
         ("XCLOAK.REFUND k COST 2", STAMP_RANGE.to_string()),
-        ("XCLOAK.REFUND k 5 COST", "ERR syntax error, COST needs a value".to_string()),
+        (
+            "XCLOAK.REFUND k 5 COST",
+            "ERR syntax error, COST needs a value".to_string(),
+        ),
         ("XCLOAK.REFUND k 5 COST 0", COST_RANGE.to_string()),
         ("XCLOAK.REFUND k 5 COST 1000001", COST_RANGE.to_string()),
-        ("XCLOAK.REFUND k 5 cost 1 COST 1", "ERR syntax error, COST is given more than once".to_string()),
-        ("XCLOAK.REFUND k 5 NOW 1", "ERR syntax error, unknown option 'NOW' (expected COST)".to_string()),
-        ("XCLOAK.REFUND k 5 COST 1 STAMP", "ERR syntax error, unknown option 'STAMP' (expected COST)".to_string()),
+        (
+            "XCLOAK.REFUND k 5 cost 1 COST 1",
+            "ERR syntax error, COST is given more than once".to_string(),
+        ),
+        (
+            "XCLOAK.REFUND k 5 NOW 1",
+            "ERR syntax error, unknown option 'NOW' (expected COST)".to_string(),
+        ),
+        (
+            "XCLOAK.REFUND k 5 COST 1 STAMP",
+            "ERR syntax error, unknown option 'STAMP' (expected COST)".to_string(),
+        ),
     ]);
     // TIER: its values, named with the tier's number (the first TIER is tier 1).
     for command in ["XCLOAK.ALLOW", "XCLOAK.PEEK"] {
@@ -201,11 +300,26 @@ fn mistakes() -> Vec<(&'static str, String)> {
             ("10 5 TIER", TIER_VALUES.to_string()),
             ("10 5 TIER 10", TIER_VALUES.to_string()),
             ("10 5 NOW 1 TIER 10", TIER_VALUES.to_string()),
-            ("10 5 TIER 0 5", "ERR window of TIER 1 must be an integer from 1 to 9007199254740991 (milliseconds)".into()),
-            ("10 5 tier 10 1 TIER 10 1000001", "ERR limit of TIER 2 must be an integer from 0 to 1000000".into()),
-            ("10 5 TIER 10 5 COST 2 TIER +10 5", "ERR window of TIER 2 must be an integer from 1 to 9007199254740991 (milliseconds)".into()),
-            ("10 5 TIER 10 COST 2", "ERR limit of TIER 1 must be an integer from 0 to 1000000".into()),
-            ("10 5 TIER COST 2 3", "ERR window of TIER 1 must be an integer from 1 to 9007199254740991 (milliseconds)".into()),
+            (
+                "10 5 TIER 0 5",
+                "ERR window of TIER 1 must be an integer from 1 to 9007199254740991 (milliseconds)".into(),
+            ),
+            (
+                "10 5 tier 10 1 TIER 10 1000001",
+                "ERR limit of TIER 2 must be an integer from 0 to 1000000".into(),
+            ),
+            (
+                "10 5 TIER 10 5 COST 2 TIER +10 5",
+                "ERR window of TIER 2 must be an integer from 1 to 9007199254740991 (milliseconds)".into(),
+            ),
+            (
+                "10 5 TIER 10 COST 2",
+                "ERR limit of TIER 1 must be an integer from 0 to 1000000".into(),
+            ),
+            (
+                "10 5 TIER COST 2 3",
+                "ERR window of TIER 1 must be an integer from 1 to 9007199254740991 (milliseconds)".into(),
+            ),
             // Tier 0 keeps the texts of a call without TIER.
             ("0 5 TIER 10 5", WINDOW_RANGE.into()),
             // 16 TIERs: one more than allowed.
@@ -233,7 +347,10 @@ fn mistakes() -> Vec<(&'static str, String)> {
             ("10 1000001", LIMIT_RANGE),
             ("10 05", LIMIT_RANGE),
         ] {
-            cases.push((Box::leak(format!("{command} k {tail}").into_boxed_str()), error.to_string()));
+            cases.push((
+                Box::leak(format!("{command} k {tail}").into_boxed_str()),
+                error.to_string(),
+            ));
         }
     }
     cases
@@ -253,7 +370,12 @@ fn every_mistake_is_a_named_error_and_changes_nothing() {
     }
     // The standard arity error, whether the server (7.0+, from the arity in
     // the command info) or the module (6.2) answers it.
-    for line in [&["XCLOAK.ALLOW", "k", "10"][..], &["XCLOAK.PEEK", "k"], &["XCLOAK.ALLOW"], &["XCLOAK.REFUND", "k"]] {
+    for line in [
+        &["XCLOAK.ALLOW", "k", "10"][..],
+        &["XCLOAK.PEEK", "k"],
+        &["XCLOAK.ALLOW"],
+        &["XCLOAK.REFUND", "k"],
+    ] {
         let text = error_of(&mut conn, line).to_lowercase();
         let expected = format!("err wrong number of arguments for '{}' command", line[0].to_lowercase());
         assert_eq!(text, expected, "{line:?}");
@@ -268,9 +390,18 @@ fn echoed_tokens_are_sanitized_and_short() {
     let mut conn = server.client();
     let long = "X".repeat(100);
     let text = error_of(&mut conn, &["XCLOAK.ALLOW", "k", "10", "5", &long]);
-    assert_eq!(text, format!("ERR syntax error, unknown option '{}...' {ALLOW_UNKNOWN}", "X".repeat(32)));
+    assert_eq!(
+        text,
+        format!(
+            "ERR syntax error, unknown option '{}...' {ALLOW_UNKNOWN}",
+            "X".repeat(32)
+        )
+    );
     let text = error_of(&mut conn, &["XCLOAK.ALLOW", "k", "10", "5", "a\r\nb'c"]);
-    assert_eq!(text, format!("ERR syntax error, unknown option 'a??b?c' {ALLOW_UNKNOWN}"));
+    assert_eq!(
+        text,
+        format!("ERR syntax error, unknown option 'a??b?c' {ALLOW_UNKNOWN}")
+    );
 }
 
 /// The same calls over RESP2 and RESP3 give the same values (integers and
@@ -321,9 +452,12 @@ fn replies_are_identical_under_resp2_and_resp3() {
             let words: Vec<String> = line.replace("{k}", key).split(' ').map(str::to_string).collect();
             let mut command = redis::cmd(&words[0]);
             command.arg(&words[1..]);
-            command
-                .query::<Value>(conn)
-                .map_err(|e| (e.code().unwrap_or("").to_string(), e.detail().unwrap_or("").to_lowercase()))
+            command.query::<Value>(conn).map_err(|e| {
+                (
+                    e.code().unwrap_or("").to_string(),
+                    e.detail().unwrap_or("").to_lowercase(),
+                )
+            })
         };
         let two = reply(&mut resp2, "two");
         let three = reply(&mut resp3, "three");
@@ -333,7 +467,9 @@ fn replies_are_identical_under_resp2_and_resp3() {
             let is_integers = match value {
                 Value::Int(_) => true,
                 Value::Array(items) if items.len() == 5 => all_integers(items),
-                Value::Array(items) if items.len() == 6 && line.contains("STAMP") && !line.contains("TIER") => all_integers(items),
+                Value::Array(items) if items.len() == 6 && line.contains("STAMP") && !line.contains("TIER") => {
+                    all_integers(items)
+                }
                 // With TIER: five integers, then an array of five-integer arrays.
                 Value::Array(items) if items.len() == 6 + line.contains("STAMP") as usize && line.contains("TIER") => {
                     all_integers(&items[..5])

@@ -16,15 +16,35 @@ const DAY: i64 = 86_400_000;
 fn populate(conn: &mut Connection) {
     for (i, key) in ["rl:a", "rl:b", "k", "\0\r\n"].iter().enumerate() {
         for n in 0..3 {
-            let _: i64 = redis::cmd("XCLOAK.ALLOW").arg(*key).arg(DAY).arg(10).arg("NOW").arg(1_700_000_000_000i64 + n + i as i64).query(conn).unwrap();
+            let _: i64 = redis::cmd("XCLOAK.ALLOW")
+                .arg(*key)
+                .arg(DAY)
+                .arg(10)
+                .arg("NOW")
+                .arg(1_700_000_000_000i64 + n + i as i64)
+                .query(conn)
+                .unwrap();
         }
     }
     let _: () = redis::cmd("SET").arg("string").arg("v").query(conn).unwrap();
     let _: () = redis::cmd("RPUSH").arg("list").arg("a").arg("b").query(conn).unwrap();
     let _: () = redis::cmd("HSET").arg("hash").arg("f").arg("v").query(conn).unwrap();
     let _: () = redis::cmd("SADD").arg("set").arg("m").query(conn).unwrap();
-    let _: () = redis::cmd("ZADD").arg("zforeign").arg(1).arg("alice").arg(2).arg("bob").query(conn).unwrap();
-    let _: String = redis::cmd("XADD").arg("stream").arg("*").arg("f").arg("v").query(conn).unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("zforeign")
+        .arg(1)
+        .arg("alice")
+        .arg(2)
+        .arg("bob")
+        .query(conn)
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg("stream")
+        .arg("*")
+        .arg("f")
+        .arg("v")
+        .query(conn)
+        .unwrap();
 }
 
 /// The error text of a call that must fail, as "CODE detail".
@@ -40,7 +60,10 @@ fn error_of(conn: &mut Connection, argv: &[Vec<u8>]) -> Result<String, Value> {
 }
 
 fn line(command: &[u8], words: &[&[u8]]) -> Vec<Vec<u8>> {
-    std::iter::once(command).chain(words.iter().copied()).map(<[u8]>::to_vec).collect()
+    std::iter::once(command)
+        .chain(words.iter().copied())
+        .map(<[u8]>::to_vec)
+        .collect()
 }
 
 /// (command, arguments after the name, text the error must contain)
@@ -95,9 +118,17 @@ fn cases() -> Vec<(Vec<Vec<u8>>, &'static str)> {
         (ALLOW, &[b"k", b"1000", b"10", b"COST", b"1\r\n"], c),
         (ALLOW, &[b"k", b"1000", b"10", b"COST", b"COST"], c),
         (ALLOW, &[b"k", b"1000", b"10", b"COST"], "COST needs a value"),
-        (ALLOW, &[b"k", b"1000", b"10", b"COST", b"1", b"cost", b"2"], "COST is given more than once"),
+        (
+            ALLOW,
+            &[b"k", b"1000", b"10", b"COST", b"1", b"cost", b"2"],
+            "COST is given more than once",
+        ),
         (PEEK, &[b"k", b"1000", b"10", b"COST", b"0"], c),
-        (PEEK, &[b"k", b"1000", b"10", b"COST", b"1", b"COST", b"1"], "COST is given more than once"),
+        (
+            PEEK,
+            &[b"k", b"1000", b"10", b"COST", b"1", b"COST", b"1"],
+            "COST is given more than once",
+        ),
         // NOW.
         (ALLOW, &[b"k", b"1000", b"10", b"NOW", b"-1"], n),
         (ALLOW, &[b"k", b"1000", b"10", b"NOW", b"9007199254740992"], n),
@@ -106,16 +137,32 @@ fn cases() -> Vec<(Vec<Vec<u8>>, &'static str)> {
         (ALLOW, &[b"k", b"1000", b"10", b"NOW", b"9223372036854775807"], n),
         (ALLOW, &[b"k", b"1000", b"10", b"NOW", b"\0"], n),
         (ALLOW, &[b"k", b"1000", b"10", b"NOW"], "NOW needs a value"),
-        (ALLOW, &[b"k", b"1000", b"10", b"NOW", b"1", b"NOW", b"1"], "NOW is given more than once"),
+        (
+            ALLOW,
+            &[b"k", b"1000", b"10", b"NOW", b"1", b"NOW", b"1"],
+            "NOW is given more than once",
+        ),
         (PEEK, &[b"k", b"1000", b"10", b"NOW", b"-1"], n),
         (PEEK, &[b"k", b"1000", b"10", b"now"], "NOW needs a value"),
         // DETAILS and unknown options.
-        (ALLOW, &[b"k", b"1000", b"10", b"DETAILS", b"details"], "DETAILS is given more than once"),
+        (
+            ALLOW,
+            &[b"k", b"1000", b"10", b"DETAILS", b"details"],
+            "DETAILS is given more than once",
+        ),
         (ALLOW, &[b"k", b"1000", b"10", b"FOO"], "unknown option 'FOO'"),
         (ALLOW, &[b"k", b"1000", b"10", b""], "unknown option ''"),
-        (ALLOW, &[b"k", b"1000", b"10", b"NOW", b"1", b"DETAILS", b"extra"], "unknown option 'extra'"),
+        (
+            ALLOW,
+            &[b"k", b"1000", b"10", b"NOW", b"1", b"DETAILS", b"extra"],
+            "unknown option 'extra'",
+        ),
         (ALLOW, &[b"k", b"1000", b"10", b"\0\r\nX"], "unknown option '???X'"),
-        (PEEK, &[b"k", b"1000", b"10", b"DETAILS"], "unknown option 'DETAILS' (expected TIER, COST, NOW or OLDEST)"),
+        (
+            PEEK,
+            &[b"k", b"1000", b"10", b"DETAILS"],
+            "unknown option 'DETAILS' (expected TIER, COST, NOW or OLDEST)",
+        ),
         (PEEK, &[b"k", b"1000", b"10", b"NOWX"], "unknown option 'NOWX'"),
         // Binary and empty keys with a bad argument: the argument is named, the key untouched.
         (ALLOW, &[b"\0\r\n", b"0", b"10"], w),
@@ -142,7 +189,10 @@ fn every_malformed_call_is_a_named_error_that_changes_nothing() {
     let mut conn = server.client();
     populate(&mut conn);
     let before = digest(&mut conn);
-    let errors_before: i64 = info_field(&mut conn, "xcloak", "xcloak_errors").unwrap().parse().unwrap();
+    let errors_before: i64 = info_field(&mut conn, "xcloak", "xcloak_errors")
+        .unwrap()
+        .parse()
+        .unwrap();
     let cases = cases();
     assert!(cases.len() >= 40, "the table has {} cases", cases.len());
 
@@ -164,11 +214,23 @@ fn every_malformed_call_is_a_named_error_that_changes_nothing() {
             failures.push(format!("{argv:?}: DEBUG DIGEST changed"));
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
-    let errors_after: i64 = info_field(&mut conn, "xcloak", "xcloak_errors").unwrap().parse().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+    let errors_after: i64 = info_field(&mut conn, "xcloak", "xcloak_errors")
+        .unwrap()
+        .parse()
+        .unwrap();
     // Short calls may be refused by the server itself (Redis 7 checks argc
     // against the key position before calling the module): those are not counted.
-    let arity = cases.iter().filter(|(_, want)| want.starts_with("wrong number")).count() as i64;
+    let arity = cases
+        .iter()
+        .filter(|(_, want)| want.starts_with("wrong number"))
+        .count() as i64;
     let counted = errors_after - errors_before;
     assert!(
         (cases.len() as i64 - arity..=cases.len() as i64).contains(&counted),
@@ -178,8 +240,19 @@ fn every_malformed_call_is_a_named_error_that_changes_nothing() {
 
     // The foreign sorted set is a valid window (its scores are stamps): untouched by PEEK.
     let foreign = entries(&mut conn, "zforeign");
-    let peek: Vec<i64> = redis::cmd("XCLOAK.PEEK").arg("zforeign").arg(10).arg(5).arg("NOW").arg(5).query(&mut conn).unwrap();
-    assert_eq!(peek, [1, 5, 3, 0, 7], "alice@1 and bob@2 are live at 5 in a 10 ms window");
+    let peek: Vec<i64> = redis::cmd("XCLOAK.PEEK")
+        .arg("zforeign")
+        .arg(10)
+        .arg(5)
+        .arg("NOW")
+        .arg(5)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(
+        peek,
+        [1, 5, 3, 0, 7],
+        "alice@1 and bob@2 are live at 5 in a 10 ms window"
+    );
     assert_eq!(entries(&mut conn, "zforeign"), foreign);
 }
 
@@ -190,7 +263,12 @@ fn binary_keys_work_and_stay_distinct() {
     let keys: [&[u8]; 4] = [b"a\0b", b"a\0c", b"\r\n", b"a"];
     for key in keys {
         for expected in [1, 1, 0] {
-            let got: i64 = redis::cmd("XCLOAK.ALLOW").arg(key).arg(DAY).arg(2).query(&mut conn).unwrap();
+            let got: i64 = redis::cmd("XCLOAK.ALLOW")
+                .arg(key)
+                .arg(DAY)
+                .arg(2)
+                .query(&mut conn)
+                .unwrap();
             assert_eq!(got, expected, "key {key:?}");
         }
     }
@@ -205,10 +283,40 @@ fn binary_keys_work_and_stay_distinct() {
 /// Tokens that are almost valid, to reach deep into the grammar.
 fn near_valid() -> impl Strategy<Value = Vec<u8>> {
     let words: Vec<&'static str> = vec![
-        "COST", "NOW", "DETAILS", "cost", "now", "details", "", "0", "1", "2", "10", "1000", "-1", "-0", "01",
-        "+1", " 1", "1 ", "1.0", "1e3", "0x10", "1000000", "1000001", "9007199254740991", "9007199254740992",
-        "9223372036854775807", "9223372036854775808", "-9223372036854775808", "18446744073709551616",
-        "1700000000000", "\0", "\r\n", "COST\0", "NOW ",
+        "COST",
+        "NOW",
+        "DETAILS",
+        "cost",
+        "now",
+        "details",
+        "",
+        "0",
+        "1",
+        "2",
+        "10",
+        "1000",
+        "-1",
+        "-0",
+        "01",
+        "+1",
+        " 1",
+        "1 ",
+        "1.0",
+        "1e3",
+        "0x10",
+        "1000000",
+        "1000001",
+        "9007199254740991",
+        "9007199254740992",
+        "9223372036854775807",
+        "9223372036854775808",
+        "-9223372036854775808",
+        "18446744073709551616",
+        "1700000000000",
+        "\0",
+        "\r\n",
+        "COST\0",
+        "NOW ",
     ];
     prop_oneof![
         4 => proptest::sample::select(words).prop_map(|w| w.as_bytes().to_vec()),
@@ -267,11 +375,19 @@ fn random_argument_vectors_never_kill_the_server_nor_write_on_error() {
     populate(&mut conn);
     // Windows created by valid random calls may expire mid-test: keep expiry
     // lazy so that only a command can remove a key, and errors must not.
-    let _: () = redis::cmd("DEBUG").arg("SET-ACTIVE-EXPIRE").arg(0).query(&mut conn).unwrap();
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
 
     let conn = std::cell::RefCell::new(conn);
     let (errors, replies) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0u32));
-    let mut runner = TestRunner::new(Config { cases: 600, failure_persistence: None, ..Config::default() });
+    let mut runner = TestRunner::new(Config {
+        cases: 600,
+        failure_persistence: None,
+        ..Config::default()
+    });
     let result = runner.run(&argument_vector(), |(command, key, words)| {
         let conn = &mut *conn.borrow_mut();
         let mut cmd = redis::cmd(command);
@@ -297,7 +413,10 @@ fn random_argument_vectors_never_kill_the_server_nor_write_on_error() {
     assert!(server.alive(), "server died:\n{}", server.log());
     result.unwrap();
     eprintln!("random vectors: {errors} errors, {replies} replies");
-    assert!(errors > 100 && replies > 10, "the generator reaches both: {errors} errors, {replies} replies");
+    assert!(
+        errors > 100 && replies > 10,
+        "the generator reaches both: {errors} errors, {replies} replies"
+    );
 }
 
 /// A clock that steps backwards (simulated with NOW; the server's own clock
@@ -309,11 +428,24 @@ fn a_clock_stepping_backwards_never_gives_negative_waits_nor_loses_entries() {
     let server = Server::start();
     let conn = std::cell::RefCell::new(server.client());
     let steps = prop_oneof![
-        Just(0i64), Just(1), Just(-1), (-3000i64..3000), (-200_000i64..-1000), Just(-1_000_000),
+        Just(0i64),
+        Just(1),
+        Just(-1),
+        (-3000i64..3000),
+        (-200_000i64..-1000),
+        Just(-1_000_000),
     ];
-    let sequence = (1i64..2000, 0i64..12, proptest::collection::vec((steps, 1i64..4, any::<bool>()), 1..40));
+    let sequence = (
+        1i64..2000,
+        0i64..12,
+        proptest::collection::vec((steps, 1i64..4, any::<bool>()), 1..40),
+    );
     let case = std::cell::Cell::new(0u32);
-    let mut runner = TestRunner::new(Config { cases: 60, failure_persistence: None, ..Config::default() });
+    let mut runner = TestRunner::new(Config {
+        cases: 60,
+        failure_persistence: None,
+        ..Config::default()
+    });
     runner
         .run(&sequence, |(window, limit, calls)| {
             let conn = &mut *conn.borrow_mut();
@@ -324,26 +456,49 @@ fn a_clock_stepping_backwards_never_gives_negative_waits_nor_loses_entries() {
                 now += step;
                 let before = entries(conn, &key);
                 let mut cmd = redis::cmd(if is_peek { "XCLOAK.PEEK" } else { "XCLOAK.ALLOW" });
-                cmd.arg(&key).arg(window).arg(limit).arg("COST").arg(cost).arg("NOW").arg(now);
+                cmd.arg(&key)
+                    .arg(window)
+                    .arg(limit)
+                    .arg("COST")
+                    .arg(cost)
+                    .arg("NOW")
+                    .arg(now);
                 if !is_peek {
                     cmd.arg("DETAILS");
                 }
                 // PERSIST in the same MULTI: the key's real TTL follows the
                 // server clock (>= 1 s here), so a stall between two calls on
                 // a loaded machine would expire it (as in tests/model.rs).
-                let (d,): (Vec<i64>,) =
-                    redis::pipe().atomic().add_command(cmd).cmd("PERSIST").arg(&key).ignore().query(conn).unwrap();
+                let (d,): (Vec<i64>,) = redis::pipe()
+                    .atomic()
+                    .add_command(cmd)
+                    .cmd("PERSIST")
+                    .arg(&key)
+                    .ignore()
+                    .query(conn)
+                    .unwrap();
                 let after = entries(conn, &key);
-                prop_assert!(d[3] >= 0 || (d[3] == -1 && cost > limit), "retry_after_ms {} at now {}: {:?}", d[3], now, d);
+                prop_assert!(
+                    d[3] >= 0 || (d[3] == -1 && cost > limit),
+                    "retry_after_ms {} at now {}: {:?}",
+                    d[3],
+                    now,
+                    d
+                );
                 prop_assert!(d[4] >= 0, "reset_after_ms {} at now {}: {:?}", d[4], now, d);
                 if d[0] == 0 && cost <= limit {
                     prop_assert!(d[3] >= 1, "a rejected call must wait: {:?}", d);
                 }
-                let live_before: Vec<&(String, f64)> = before.iter().filter(|(_, s)| *s as i64 > now - window).collect();
+                let live_before: Vec<&(String, f64)> =
+                    before.iter().filter(|(_, s)| *s as i64 > now - window).collect();
                 for entry in &live_before {
                     prop_assert!(after.contains(entry), "entry {:?} live at {} was lost", entry, now);
                 }
-                let expected_len = if is_peek { before.len() } else { live_before.len() + if d[0] == 1 { cost as usize } else { 0 } };
+                let expected_len = if is_peek {
+                    before.len()
+                } else {
+                    live_before.len() + if d[0] == 1 { cost as usize } else { 0 }
+                };
                 prop_assert_eq!(after.len(), expected_len, "window size after the call at {}", now);
                 if is_peek {
                     prop_assert_eq!(&after, &before, "PEEK wrote");

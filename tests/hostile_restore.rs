@@ -54,7 +54,11 @@ fn crc64(bytes: &[u8]) -> u64 {
     for &byte in bytes {
         crc ^= u64::from(byte);
         for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ REFLECTED_POLY } else { crc >> 1 };
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ REFLECTED_POLY
+            } else {
+                crc >> 1
+            };
         }
     }
     crc
@@ -94,7 +98,9 @@ fn read_rdb_len(bytes: &[u8], pos: &mut usize) -> u64 {
                 0x81 => 8,
                 other => panic!("not a plain RDB length: {other:#x}"),
             };
-            let value = bytes[*pos..*pos + width].iter().fold(0u64, |v, &b| v << 8 | u64::from(b));
+            let value = bytes[*pos..*pos + width]
+                .iter()
+                .fold(0u64, |v, &b| v << 8 | u64::from(b));
             *pos += width;
             value
         }
@@ -123,11 +129,13 @@ fn run(delta: u64, count: u64) -> Vec<u8> {
 /// The version 1 bytes of `(stamp, count)` runs, stamps increasing.
 fn canonical_v1(runs: &[(u64, u64)]) -> Vec<u8> {
     let mut previous = 0;
-    runs.iter().flat_map(|&(stamp, count)| {
-        let bytes = run(stamp - previous, count);
-        previous = stamp;
-        bytes
-    }).collect()
+    runs.iter()
+        .flat_map(|&(stamp, count)| {
+            let bytes = run(stamp - previous, count);
+            previous = stamp;
+            bytes
+        })
+        .collect()
 }
 
 fn cat(parts: &[&[u8]]) -> Vec<u8> {
@@ -168,7 +176,17 @@ impl Group {
         let dw = runs.windows(2).map(|w| width(w[1].0 - w[0].0 - 1)).max().unwrap_or(0);
         let cw = runs.iter().map(|&(_, count)| width(count - 1)).max().unwrap();
         let span = runs[runs.len() - 1].0 - first;
-        Group { first, dw, cw, tag: 0, class: 0, runs: runs.len() as u64, dead: 0, span, entries: runs.iter().map(|r| r.1).sum() }
+        Group {
+            first,
+            dw,
+            cw,
+            tag: 0,
+            class: 0,
+            runs: runs.len() as u64,
+            dead: 0,
+            span,
+            entries: runs.iter().map(|r| r.1).sum(),
+        }
     }
 
     /// The bytes of `runs` (their gaps and counts) laid out as this header says.
@@ -231,7 +249,10 @@ struct Frame {
 
 impl Frame {
     fn with_encver(self, encver: u64) -> Frame {
-        Frame { type_id: self.type_id & !1023 | encver, ..self }
+        Frame {
+            type_id: self.type_id & !1023 | encver,
+            ..self
+        }
     }
 
     /// A DUMP payload of these fields: type 7, id, fields, EOF, version, CRC.
@@ -267,13 +288,15 @@ impl Frame {
     /// A payload of a window: the right count, the canonical bytes (version 2).
     fn window(&self, runs: &[(u64, u64)]) -> Vec<u8> {
         let count = runs.iter().map(|r| r.1).sum();
-        self.with_encver(2).payload(&[Field::Uint(count), Field::Str(canonical(runs))])
+        self.with_encver(2)
+            .payload(&[Field::Uint(count), Field::Str(canonical(runs))])
     }
 
     /// The same window in 0.1.0's encoding (version 1).
     fn window_v1(&self, runs: &[(u64, u64)]) -> Vec<u8> {
         let count = runs.iter().map(|r| r.1).sum();
-        self.with_encver(1).payload(&[Field::Uint(count), Field::Str(canonical_v1(runs))])
+        self.with_encver(1)
+            .payload(&[Field::Uint(count), Field::Str(canonical_v1(runs))])
     }
 }
 
@@ -294,7 +317,14 @@ fn compact_server(sanitize: bool) -> Server {
 fn populate(conn: &mut Connection) {
     for (key, stamps) in [("rl:one", &[T][..]), ("rl:runs", &[T, T, T + 1, T + 70, T + 9000][..])] {
         for &now in stamps {
-            let _: i64 = redis::cmd("XCLOAK.ALLOW").arg(key).arg(86_400_000).arg(100).arg("NOW").arg(now).query(conn).unwrap();
+            let _: i64 = redis::cmd("XCLOAK.ALLOW")
+                .arg(key)
+                .arg(86_400_000)
+                .arg(100)
+                .arg("NOW")
+                .arg(now)
+                .query(conn)
+                .unwrap();
         }
         // Never expires during the test (so the digest is stable).
         let _: i64 = redis::cmd("PERSIST").arg(key).query(conn).unwrap();
@@ -311,10 +341,18 @@ fn learn_frame(conn: &mut Connection) -> Frame {
     let n = dump.len();
     assert!(n > 12, "{dump:?}");
     assert_eq!(dump[0], 7, "RDB_TYPE_MODULE_2: {dump:?}");
-    assert_eq!(crc64(&dump[..n - 8]), u64::from_le_bytes(dump[n - 8..].try_into().unwrap()), "CRC-64 of {dump:?}");
+    assert_eq!(
+        crc64(&dump[..n - 8]),
+        u64::from_le_bytes(dump[n - 8..].try_into().unwrap()),
+        "CRC-64 of {dump:?}"
+    );
     let mut pos = 1;
     let type_id = read_rdb_len(&dump, &mut pos);
-    assert_eq!(type_id & 1023, 2, "encoding version 2 in the low 10 bits of {type_id:#x}");
+    assert_eq!(
+        type_id & 1023,
+        2,
+        "encoding version 2 in the low 10 bits of {type_id:#x}"
+    );
     assert_eq!(dump[pos], 2, "UINT opcode");
     pos += 1;
     assert_eq!(read_rdb_len(&dump, &mut pos), 1, "entry count");
@@ -325,8 +363,15 @@ fn learn_frame(conn: &mut Connection) -> Frame {
     pos += len;
     assert_eq!(dump[pos], 0, "EOF opcode");
     assert_eq!(pos + 1 + 2 + 8, n, "then 2 bytes of RDB version and 8 of CRC");
-    let frame = Frame { type_id, rdb_version: [dump[n - 10], dump[n - 9]] };
-    assert_eq!(frame.window(&[(T, 1)]), dump, "this file's encoder rebuilds the real DUMP");
+    let frame = Frame {
+        type_id,
+        rdb_version: [dump[n - 10], dump[n - 9]],
+    };
+    assert_eq!(
+        frame.window(&[(T, 1)]),
+        dump,
+        "this file's encoder rebuilds the real DUMP"
+    );
     // And a window of several runs, to check the multi flag and counts.
     let dump: Vec<u8> = redis::cmd("DUMP").arg("rl:runs").query(conn).unwrap();
     assert_eq!(frame.window(&[(T, 2), (T + 1, 1), (T + 70, 1), (T + 9000, 1)]), dump);
@@ -340,7 +385,12 @@ fn digest_value(conn: &mut Connection, key: &str) -> Value {
 
 fn ping(server: &Server, conn: &mut Connection, case: &str) {
     let pong: redis::RedisResult<String> = redis::cmd("PING").query(conn);
-    assert_eq!(pong.ok().as_deref(), Some("PONG"), "{case}: the server stopped answering:\n{}", server.log());
+    assert_eq!(
+        pong.ok().as_deref(),
+        Some("PONG"),
+        "{case}: the server stopped answering:\n{}",
+        server.log()
+    );
 }
 
 /// An integer array of the five reply fields.
@@ -370,7 +420,11 @@ fn exercise(server: &Server, conn: &mut Connection, case: &str) {
 
     // DUMP is canonical: it restores to the same value, and dumps identically.
     let dump: Vec<u8> = redis::cmd("DUMP").arg(key).query(conn).unwrap();
-    let _: () = redis::cmd("RESTORE").arg("victim:dump").arg(0).arg(dump.as_slice()).query(conn)
+    let _: () = redis::cmd("RESTORE")
+        .arg("victim:dump")
+        .arg(0)
+        .arg(dump.as_slice())
+        .query(conn)
         .unwrap_or_else(|e| panic!("{case}: the module's own DUMP is refused: {e}"));
     let again: Vec<u8> = redis::cmd("DUMP").arg("victim:dump").query(conn).unwrap();
     assert_eq!(again, dump, "{case}: DUMP after RESTORE of a DUMP");
@@ -382,19 +436,41 @@ fn exercise(server: &Server, conn: &mut Connection, case: &str) {
     // Read-only first, on the three equal copies: they must agree.
     let mut peeks = Vec::new();
     for k in [key, "victim:dump", "victim:copy"] {
-        let peek: Value = redis::cmd("XCLOAK.PEEK").arg(k).arg(60_000).arg(10).query(conn)
+        let peek: Value = redis::cmd("XCLOAK.PEEK")
+            .arg(k)
+            .arg(60_000)
+            .arg(10)
+            .query(conn)
             .unwrap_or_else(|e| panic!("{case}: PEEK {k}: {e}"));
         let fields = five_integers(peek, case);
-        assert!((0..=10).contains(&fields[2]) && fields[3] >= -1 && fields[4] >= 0, "{case}: PEEK {fields:?}");
-        let far: Value = redis::cmd("XCLOAK.PEEK").arg(k).arg(MAX_EXACT_MS).arg(1_000_000).arg("NOW").arg(MAX_EXACT_MS).query(conn).unwrap();
+        assert!(
+            (0..=10).contains(&fields[2]) && fields[3] >= -1 && fields[4] >= 0,
+            "{case}: PEEK {fields:?}"
+        );
+        let far: Value = redis::cmd("XCLOAK.PEEK")
+            .arg(k)
+            .arg(MAX_EXACT_MS)
+            .arg(1_000_000)
+            .arg("NOW")
+            .arg(MAX_EXACT_MS)
+            .query(conn)
+            .unwrap();
         peeks.push((fields[0], fields[1], fields[2], five_integers(far, case)));
     }
-    assert!(peeks.windows(2).all(|w| w[0] == w[1]), "{case}: copies disagree: {peeks:?}");
+    assert!(
+        peeks.windows(2).all(|w| w[0] == w[1]),
+        "{case}: copies disagree: {peeks:?}"
+    );
 
     // DEBUG RELOAD saves and loads the whole keyspace: what was accepted is
     // written back and read again, unchanged.
     let reloaded: redis::RedisResult<String> = redis::cmd("DEBUG").arg("RELOAD").query(conn);
-    assert_eq!(reloaded.as_deref().ok(), Some("OK"), "{case}: DEBUG RELOAD {reloaded:?}\n{}", server.log());
+    assert_eq!(
+        reloaded.as_deref().ok(),
+        Some("OK"),
+        "{case}: DEBUG RELOAD {reloaded:?}\n{}",
+        server.log()
+    );
     let after: Vec<u8> = redis::cmd("DUMP").arg(key).query(conn).unwrap();
     assert_eq!(after, dump, "{case}: DUMP changed across DEBUG RELOAD");
 
@@ -411,12 +487,23 @@ fn exercise(server: &Server, conn: &mut Connection, case: &str) {
         if let Some(now) = now {
             cmd.arg("NOW").arg(now);
         }
-        let reply: Value = cmd.arg("DETAILS").query(conn).unwrap_or_else(|e| panic!("{case}: ALLOW {k}: {e}"));
+        let reply: Value = cmd
+            .arg("DETAILS")
+            .query(conn)
+            .unwrap_or_else(|e| panic!("{case}: ALLOW {k}: {e}"));
         let fields = five_integers(reply, case);
-        assert!(fields[1] == limit as i64 && fields[2] >= 0 && fields[3] >= -1 && fields[4] >= 0, "{case}: ALLOW {fields:?}");
+        assert!(
+            fields[1] == limit as i64 && fields[2] >= 0 && fields[3] >= -1 && fields[4] >= 0,
+            "{case}: ALLOW {fields:?}"
+        );
     }
     let reloaded: redis::RedisResult<String> = redis::cmd("DEBUG").arg("RELOAD").query(conn);
-    assert_eq!(reloaded.as_deref().ok(), Some("OK"), "{case}: DEBUG RELOAD after writes {reloaded:?}\n{}", server.log());
+    assert_eq!(
+        reloaded.as_deref().ok(),
+        Some("OK"),
+        "{case}: DEBUG RELOAD after writes {reloaded:?}\n{}",
+        server.log()
+    );
     ping(server, conn, case);
 }
 
@@ -436,7 +523,14 @@ enum Expect {
 /// RESTOREs `payload` as `VICTIM`, checks the outcome and everything after it,
 /// and returns whether it loaded. The keyspace digest afterwards (the victim
 /// and its copies deleted) must be `baseline`.
-fn try_case(server: &Server, conn: &mut Connection, baseline: &str, case: &str, payload: &[u8], expect: &Expect) -> bool {
+fn try_case(
+    server: &Server,
+    conn: &mut Connection,
+    baseline: &str,
+    case: &str,
+    payload: &[u8],
+    expect: &Expect,
+) -> bool {
     let restored: redis::RedisResult<String> = redis::cmd("RESTORE").arg(VICTIM).arg(0).arg(payload).query(conn);
     ping(server, conn, case);
     let loaded = match &restored {
@@ -450,7 +544,11 @@ fn try_case(server: &Server, conn: &mut Connection, baseline: &str, case: &str, 
         }
     };
     let dumps_as = |conn: &mut Connection, expected: &[u8]| {
-        assert!(loaded, "{case}: refused a canonical payload {payload:02x?}: {restored:?}\n{}", server.log());
+        assert!(
+            loaded,
+            "{case}: refused a canonical payload {payload:02x?}: {restored:?}\n{}",
+            server.log()
+        );
         let dump: Vec<u8> = redis::cmd("DUMP").arg(VICTIM).query(conn).unwrap();
         assert_eq!(dump, expected, "{case}: the payload dumps back differently");
     };
@@ -462,7 +560,12 @@ fn try_case(server: &Server, conn: &mut Connection, baseline: &str, case: &str, 
     }
     if loaded {
         exercise(server, conn, case);
-        let _: i64 = redis::cmd("DEL").arg(VICTIM).arg("victim:dump").arg("victim:copy").query(conn).unwrap();
+        let _: i64 = redis::cmd("DEL")
+            .arg(VICTIM)
+            .arg("victim:dump")
+            .arg("victim:copy")
+            .query(conn)
+            .unwrap();
     }
     assert_eq!(digest(conn), baseline, "{case}: the rest of the keyspace changed");
     loaded
@@ -481,9 +584,21 @@ fn crafted_v1(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
     let mut cases: Vec<(&str, Vec<u8>, Expect)> = vec![
         ("valid", with(good.clone(), n), as_v2(&runs)),
         ("valid: one entry at 0", frame.window_v1(&[(0, 1)]), as_v2(&[(0, 1)])),
-        ("valid: stamp 2^53-1", frame.window_v1(&[(MAX_EXACT_MS, 1)]), as_v2(&[(MAX_EXACT_MS, 1)])),
-        ("valid: 1e9 entries in one run", frame.window_v1(&[(T, MAX_ENTRIES)]), as_v2(&[(T, MAX_ENTRIES)])),
-        ("valid: 1e9 entries over two runs", frame.window_v1(&[(1, MAX_ENTRIES / 2), (MAX_EXACT_MS, MAX_ENTRIES / 2)]), as_v2(&[(1, MAX_ENTRIES / 2), (MAX_EXACT_MS, MAX_ENTRIES / 2)])),
+        (
+            "valid: stamp 2^53-1",
+            frame.window_v1(&[(MAX_EXACT_MS, 1)]),
+            as_v2(&[(MAX_EXACT_MS, 1)]),
+        ),
+        (
+            "valid: 1e9 entries in one run",
+            frame.window_v1(&[(T, MAX_ENTRIES)]),
+            as_v2(&[(T, MAX_ENTRIES)]),
+        ),
+        (
+            "valid: 1e9 entries over two runs",
+            frame.window_v1(&[(1, MAX_ENTRIES / 2), (MAX_EXACT_MS, MAX_ENTRIES / 2)]),
+            as_v2(&[(1, MAX_ENTRIES / 2), (MAX_EXACT_MS, MAX_ENTRIES / 2)]),
+        ),
         // The entry count.
         ("count: one more", with(good.clone(), n + 1), Refused),
         ("count: one fewer", with(good.clone(), n - 1), Refused),
@@ -492,72 +607,238 @@ fn crafted_v1(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
         ("count: 2^32 + 6 (u32 wrap)", with(good.clone(), (1 << 32) + n), Refused),
         // Stamps.
         // A writer that subtracted a later stamp from an earlier one: delta -50 as u64, shifted.
-        ("unsorted: a step back of 50 ms", with(cat(&[&run(100, 1), &varint((-50i64 as u64) << 1)]), 2), Refused),
-        ("equal stamps (second delta 0)", with(cat(&[&run(100, 1), &run(0, 1)]), 2), Refused),
-        ("equal stamps, both multi", with(cat(&[&run(100, 2), &run(0, 2)]), 4), Refused),
+        (
+            "unsorted: a step back of 50 ms",
+            with(cat(&[&run(100, 1), &varint((-50i64 as u64) << 1)]), 2),
+            Refused,
+        ),
+        (
+            "equal stamps (second delta 0)",
+            with(cat(&[&run(100, 1), &run(0, 1)]), 2),
+            Refused,
+        ),
+        (
+            "equal stamps, both multi",
+            with(cat(&[&run(100, 2), &run(0, 2)]), 4),
+            Refused,
+        ),
         ("stamp 2^53", frame.window_v1(&[(MAX_EXACT_MS + 1, 1)]), Refused),
-        ("stamp 2^53 reached by the second delta", with(cat(&[&run(MAX_EXACT_MS, 1), &run(1, 1)]), 2), Refused),
+        (
+            "stamp 2^53 reached by the second delta",
+            with(cat(&[&run(MAX_EXACT_MS, 1), &run(1, 1)]), 2),
+            Refused,
+        ),
         ("stamp 2^63-1", with(run(i64::MAX as u64, 1), 1), Refused),
-        ("delta overflowing i64", with(cat(&[&run(100, 1), &varint(u64::MAX - 1)]), 2), Refused),
-        ("delta overflowing i64, multi", with(cat(&[&run(100, 1), &varint(u64::MAX), &varint(2)]), 3), Refused),
+        (
+            "delta overflowing i64",
+            with(cat(&[&run(100, 1), &varint(u64::MAX - 1)]), 2),
+            Refused,
+        ),
+        (
+            "delta overflowing i64, multi",
+            with(cat(&[&run(100, 1), &varint(u64::MAX), &varint(2)]), 3),
+            Refused,
+        ),
         // Counts inside the runs.
-        ("multi flag, count 1", with(cat(&[&varint(T << 1 | 1), &varint(1)]), 1), Refused),
-        ("multi flag, count 0", with(cat(&[&varint(T << 1 | 1), &varint(0)]), 0), Refused),
-        ("total 1e9 + 1", frame.window_v1(&[(T, MAX_ENTRIES), (T + 1, 1)]), Refused),
+        (
+            "multi flag, count 1",
+            with(cat(&[&varint(T << 1 | 1), &varint(1)]), 1),
+            Refused,
+        ),
+        (
+            "multi flag, count 0",
+            with(cat(&[&varint(T << 1 | 1), &varint(0)]), 0),
+            Refused,
+        ),
+        (
+            "total 1e9 + 1",
+            frame.window_v1(&[(T, MAX_ENTRIES), (T + 1, 1)]),
+            Refused,
+        ),
         ("one run of 1e9 + 1", frame.window_v1(&[(T, MAX_ENTRIES + 1)]), Refused),
-        ("one run of 2^32 + 2 (u32 wrap)", frame.window_v1(&[(T, (1 << 32) + 2)]), Refused),
+        (
+            "one run of 2^32 + 2 (u32 wrap)",
+            frame.window_v1(&[(T, (1 << 32) + 2)]),
+            Refused,
+        ),
         ("one run of 2^64-1", frame.window_v1(&[(T, u64::MAX)]), Refused),
-        ("two runs summing past 2^64", with(cat(&[&run(1, u64::MAX), &run(1, u64::MAX)]), 0), Refused),
+        (
+            "two runs summing past 2^64",
+            with(cat(&[&run(1, u64::MAX), &run(1, u64::MAX)]), 0),
+            Refused,
+        ),
         // Varints.
         ("truncated varint", with(cat(&[&good, &[0x80]]), n), Refused),
-        ("truncated: multi flag without its count", with(varint(T << 1 | 1), 1), Refused),
-        ("truncated in the middle of the first stamp", with(good[..3].to_vec(), n), Refused),
+        (
+            "truncated: multi flag without its count",
+            with(varint(T << 1 | 1), 1),
+            Refused,
+        ),
+        (
+            "truncated in the middle of the first stamp",
+            with(good[..3].to_vec(), n),
+            Refused,
+        ),
         ("overlong varint (2 as 82 00)", with(vec![0x82, 0x00], 1), Refused),
-        ("overlong varint of a real stamp", with(cat(&[&varint(T << 1)[..5], &[0x80 | varint(T << 1)[5], 0x00]]), 1), Refused),
-        ("varint of 11 bytes", with(vec![0xff; 10].into_iter().chain([0x01]).collect(), 1), Refused),
-        ("varint above 2^64", with(vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02], 1), Refused),
+        (
+            "overlong varint of a real stamp",
+            with(cat(&[&varint(T << 1)[..5], &[0x80 | varint(T << 1)[5], 0x00]]), 1),
+            Refused,
+        ),
+        (
+            "varint of 11 bytes",
+            with(vec![0xff; 10].into_iter().chain([0x01]).collect(), 1),
+            Refused,
+        ),
+        (
+            "varint above 2^64",
+            with(vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02], 1),
+            Refused,
+        ),
         ("trailing byte 00", with(cat(&[&good, &[0x00]]), n), Refused),
         ("trailing run-like bytes", with(cat(&[&good, &run(1, 1)]), n), Refused),
         ("empty string, count 0", with(Vec::new(), 0), Refused),
         ("empty string, count 1", with(Vec::new(), 1), Refused),
         // Lengths and fields of the RDB framing.
-        ("string length 2^62", v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(1 << 62), &good]))]), Refused),
-        ("string length 1 MB past the payload", v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(1 << 20), &good]))]), Refused),
-        ("string length one past the bytes", v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(good.len() as u64 + 1), &good]))]), Refused),
-        ("string length one short of the bytes", v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(good.len() as u64 - 1), &good]))]), Refused),
+        (
+            "string length 2^62",
+            v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(1 << 62), &good]))]),
+            Refused,
+        ),
+        (
+            "string length 1 MB past the payload",
+            v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(1 << 20), &good]))]),
+            Refused,
+        ),
+        (
+            "string length one past the bytes",
+            v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(good.len() as u64 + 1), &good]))]),
+            Refused,
+        ),
+        (
+            "string length one short of the bytes",
+            v1.payload(&[Uint(n), Raw(cat(&[&[5], &rdb_len(good.len() as u64 - 1), &good]))]),
+            Refused,
+        ),
         ("missing field: no string", v1.payload(&[Uint(n)]), Refused),
         ("missing field: no count", v1.payload(&[Str(good.clone())]), Refused),
         ("missing fields: none", v1.payload(&[]), Refused),
         ("fields swapped", v1.payload(&[Str(good.clone()), Uint(n)]), Refused),
-        ("extra field: a uint", v1.payload(&[Uint(n), Str(good.clone()), Uint(1)]), Refused),
-        ("extra field: a string", v1.payload(&[Uint(n), Str(good.clone()), Str(good.clone())]), Refused),
-        ("wrong opcode: SINT for the count", v1.payload(&[Raw(cat(&[&[1], &rdb_len(n)])), Str(good.clone())]), Refused),
-        ("wrong opcode: DOUBLE for the count", v1.payload(&[Raw(cat(&[&[4], &[0; 8]])), Str(good.clone())]), Refused),
-        ("wrong opcode: FLOAT for the string", v1.payload(&[Uint(n), Raw(cat(&[&[3], &[0; 4]]))]), Refused),
-        ("wrong opcode: 9", v1.payload(&[Uint(n), Raw(cat(&[&[9], &rdb_len(good.len() as u64), &good]))]), Refused),
-        ("no EOF opcode", v1.seal(cat(&[&[7], &rdb_len(v1.type_id), &[2], &rdb_len(n), &[5], &rdb_len(good.len() as u64), &good])), Refused),
-        ("cut after the type id", v1.seal(cat(&[&[7], &rdb_len(v1.type_id)])), Refused),
-        ("unknown module type", Frame { type_id: v1.type_id ^ 1 << 40, ..v1 }.payload(&[Uint(n), Str(good.clone())]), Refused),
+        (
+            "extra field: a uint",
+            v1.payload(&[Uint(n), Str(good.clone()), Uint(1)]),
+            Refused,
+        ),
+        (
+            "extra field: a string",
+            v1.payload(&[Uint(n), Str(good.clone()), Str(good.clone())]),
+            Refused,
+        ),
+        (
+            "wrong opcode: SINT for the count",
+            v1.payload(&[Raw(cat(&[&[1], &rdb_len(n)])), Str(good.clone())]),
+            Refused,
+        ),
+        (
+            "wrong opcode: DOUBLE for the count",
+            v1.payload(&[Raw(cat(&[&[4], &[0; 8]])), Str(good.clone())]),
+            Refused,
+        ),
+        (
+            "wrong opcode: FLOAT for the string",
+            v1.payload(&[Uint(n), Raw(cat(&[&[3], &[0; 4]]))]),
+            Refused,
+        ),
+        (
+            "wrong opcode: 9",
+            v1.payload(&[Uint(n), Raw(cat(&[&[9], &rdb_len(good.len() as u64), &good]))]),
+            Refused,
+        ),
+        (
+            "no EOF opcode",
+            v1.seal(cat(&[
+                &[7],
+                &rdb_len(v1.type_id),
+                &[2],
+                &rdb_len(n),
+                &[5],
+                &rdb_len(good.len() as u64),
+                &good,
+            ])),
+            Refused,
+        ),
+        (
+            "cut after the type id",
+            v1.seal(cat(&[&[7], &rdb_len(v1.type_id)])),
+            Refused,
+        ),
+        (
+            "unknown module type",
+            Frame {
+                type_id: v1.type_id ^ 1 << 40,
+                ..v1
+            }
+            .payload(&[Uint(n), Str(good.clone())]),
+            Refused,
+        ),
         // Redis' own framing, which the module does not decide.
-        ("bytes after the EOF opcode", {
-            let valid = with(good.clone(), n);
-            v1.seal(cat(&[&valid[..valid.len() - 10], &[0xab, 0xcd]]))
-        }, Either),
-        ("count as a 64-bit length", v1.payload(&[Raw(cat(&[&[2, 0x81], &n.to_be_bytes()])), Str(good.clone())]), Either),
+        (
+            "bytes after the EOF opcode",
+            {
+                let valid = with(good.clone(), n);
+                v1.seal(cat(&[&valid[..valid.len() - 10], &[0xab, 0xcd]]))
+            },
+            Either,
+        ),
+        (
+            "count as a 64-bit length",
+            v1.payload(&[Raw(cat(&[&[2, 0x81], &n.to_be_bytes()])), Str(good.clone())]),
+            Either,
+        ),
         // RDB_TYPE_MODULE (version 1 framing: no opcodes, no EOF), sent by old servers.
-        ("module type v1 framing", v1.seal(cat(&[&[6], &rdb_len(v1.type_id), &rdb_len(n), &rdb_len(good.len() as u64), &good])), Either),
-        ("module type v1 framing, wrong count", v1.seal(cat(&[&[6], &rdb_len(v1.type_id), &rdb_len(n + 1), &rdb_len(good.len() as u64), &good])), Refused),
+        (
+            "module type v1 framing",
+            v1.seal(cat(&[
+                &[6],
+                &rdb_len(v1.type_id),
+                &rdb_len(n),
+                &rdb_len(good.len() as u64),
+                &good,
+            ])),
+            Either,
+        ),
+        (
+            "module type v1 framing, wrong count",
+            v1.seal(cat(&[
+                &[6],
+                &rdb_len(v1.type_id),
+                &rdb_len(n + 1),
+                &rdb_len(good.len() as u64),
+                &good,
+            ])),
+            Refused,
+        ),
         // A version 2 window sent as version 1, and the reverse.
         ("version 2 bytes under version 1", with(canonical(&runs), n), Refused),
-        ("version 1 bytes under version 2", frame.with_encver(2).payload(&[Uint(n), Str(good.clone())]), Refused),
+        (
+            "version 1 bytes under version 2",
+            frame.with_encver(2).payload(&[Uint(n), Str(good.clone())]),
+            Refused,
+        ),
     ];
     // An LZF-compressed string (encoding 0xc3) claiming a huge uncompressed length.
     cases.push((
         "LZF string claiming 2^40 bytes",
-        v1.payload(&[Uint(n), Raw(cat(&[&[5, 0xc3], &rdb_len(4), &rdb_len(1 << 40), &[0, 1, 2, 3]]))]),
+        v1.payload(&[
+            Uint(n),
+            Raw(cat(&[&[5, 0xc3], &rdb_len(4), &rdb_len(1 << 40), &[0, 1, 2, 3]])),
+        ]),
         Refused,
     ));
-    cases.into_iter().map(|(name, payload, expect)| ("v1 ".to_string() + name, payload, expect)).collect()
+    cases
+        .into_iter()
+        .map(|(name, payload, expect)| ("v1 ".to_string() + name, payload, expect))
+        .collect()
 }
 
 /// The crafted cases of version 2 (groups of bit-packed runs).
@@ -582,14 +863,26 @@ fn crafted_v2(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
         ("valid", frame.window(&runs), Loaded),
         ("valid: one entry at 0", frame.window(&[(0, 1)]), Loaded),
         ("valid: stamp 2^53-1", frame.window(&[(MAX_EXACT_MS, 1)]), Loaded),
-        ("valid: stamps 0 and 2^53-1 (groups split by the span)", frame.window(&[(0, 2), (MAX_EXACT_MS, 1)]), Loaded),
-        ("valid: 1e9 entries in one run", frame.window(&[(T, MAX_ENTRIES)]), Loaded),
+        (
+            "valid: stamps 0 and 2^53-1 (groups split by the span)",
+            frame.window(&[(0, 2), (MAX_EXACT_MS, 1)]),
+            Loaded,
+        ),
+        (
+            "valid: 1e9 entries in one run",
+            frame.window(&[(T, MAX_ENTRIES)]),
+            Loaded,
+        ),
         ("valid: 1,025 runs in two groups", frame.window(&many), Loaded),
         ("valid: lone entries (no count bits)", frame.window(&lone), Loaded),
         // The entry count of the RDB field.
         ("count: one more", with(canonical(&runs), n + 1), Refused),
         ("count: one fewer", with(canonical(&runs), n - 1), Refused),
-        ("count: 2^32 + 7 (u32 wrap)", with(canonical(&runs), (1 << 32) + n), Refused),
+        (
+            "count: 2^32 + 7 (u32 wrap)",
+            with(canonical(&runs), (1 << 32) + n),
+            Refused,
+        ),
         // Header fields.
         ("tag 1 (a large root)", tweaked(&|g| g.tag = 1), Refused),
         ("dead slots 1", tweaked(&|g| g.dead = 1), Refused),
@@ -598,48 +891,158 @@ fn crafted_v2(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
         ("no runs", tweaked(&|g| g.runs = 0), Refused),
         ("runs one fewer", tweaked(&|g| g.runs = 3), Refused),
         ("runs one more", tweaked(&|g| g.runs = 5), Refused),
-        ("runs 1,025", { let mut g = Group::of(&many[..1025]); g.runs = 1025; with(g.bytes(&many[..1025]), many_count) }, Refused),
+        (
+            "runs 1,025",
+            {
+                let mut g = Group::of(&many[..1025]);
+                g.runs = 1025;
+                with(g.bytes(&many[..1025]), many_count)
+            },
+            Refused,
+        ),
         ("runs 2,047", tweaked(&|g| g.runs = 2047), Refused),
         ("span one more", tweaked(&|g| g.span += 1), Refused),
         ("span one fewer", tweaked(&|g| g.span -= 1), Refused),
-        ("span 2^40 - 1 past the gaps", tweaked(&|g| g.span = (1 << 40) - 1), Refused),
+        (
+            "span 2^40 - 1 past the gaps",
+            tweaked(&|g| g.span = (1 << 40) - 1),
+            Refused,
+        ),
         ("gap width 41", tweaked(&|g| g.dw = 41), Refused),
         ("gap width 63", tweaked(&|g| g.dw = 63), Refused),
         ("count width 31", tweaked(&|g| g.cw = 31), Refused),
         ("a gap width wider than needed", tweaked(&|g| g.dw += 1), Refused),
         ("a count width wider than needed", tweaked(&|g| g.cw += 1), Refused),
-        ("count bits where none are needed", with({ let mut g = lone_group; g.cw = 1; g.bytes(&lone) }, 3), Refused),
+        (
+            "count bits where none are needed",
+            with(
+                {
+                    let mut g = lone_group;
+                    g.cw = 1;
+                    g.bytes(&lone)
+                },
+                3,
+            ),
+            Refused,
+        ),
         ("a gap width too narrow", tweaked(&|g| g.dw -= 1), Refused),
         ("the group's entry count lies", tweaked(&|g| g.entries += 1), Refused),
         ("the group's entry count 0", tweaked(&|g| g.entries = 0), Refused),
-        ("first stamp 2^53-1 (the next ones past it)", tweaked(&|g| g.first = MAX_EXACT_MS), Refused),
-        ("a stamp past 2^53-1 through the span", frame.with_encver(2).payload(&[Uint(2), Str(Group::of(&[(MAX_EXACT_MS - 5, 1), (MAX_EXACT_MS + 1, 1)]).bytes(&[(MAX_EXACT_MS - 5, 1), (MAX_EXACT_MS + 1, 1)]))]), Refused),
+        (
+            "first stamp 2^53-1 (the next ones past it)",
+            tweaked(&|g| g.first = MAX_EXACT_MS),
+            Refused,
+        ),
+        (
+            "a stamp past 2^53-1 through the span",
+            frame.with_encver(2).payload(&[
+                Uint(2),
+                Str(Group::of(&[(MAX_EXACT_MS - 5, 1), (MAX_EXACT_MS + 1, 1)])
+                    .bytes(&[(MAX_EXACT_MS - 5, 1), (MAX_EXACT_MS + 1, 1)])),
+            ]),
+            Refused,
+        ),
         // Padding and length.
-        ("a padding bit set", {
-            // Two lone entries 10 ms apart: one gap of 4 bits, then 4 bits of padding.
-            let pair = [(T, 1), (T + 10, 1)];
-            let mut bytes = Group::of(&pair).bytes(&pair);
-            assert_eq!(bytes.len(), 17);
-            *bytes.last_mut().unwrap() |= 0x80;
-            with(bytes, 2)
-        }, Refused),
-        ("a trailing zero byte", with(cat(&[&canonical(&runs), &[0]]), n), Refused),
-        ("a trailing header", with(cat(&[&canonical(&runs), &[0; 16]]), n), Refused),
-        ("cut inside the slots", with(canonical(&runs)[..18].to_vec(), n), Refused),
-        ("cut inside the header", with(canonical(&runs)[..9].to_vec(), n), Refused),
+        (
+            "a padding bit set",
+            {
+                // Two lone entries 10 ms apart: one gap of 4 bits, then 4 bits of padding.
+                let pair = [(T, 1), (T + 10, 1)];
+                let mut bytes = Group::of(&pair).bytes(&pair);
+                assert_eq!(bytes.len(), 17);
+                *bytes.last_mut().unwrap() |= 0x80;
+                with(bytes, 2)
+            },
+            Refused,
+        ),
+        (
+            "a trailing zero byte",
+            with(cat(&[&canonical(&runs), &[0]]), n),
+            Refused,
+        ),
+        (
+            "a trailing header",
+            with(cat(&[&canonical(&runs), &[0; 16]]), n),
+            Refused,
+        ),
+        (
+            "cut inside the slots",
+            with(canonical(&runs)[..18].to_vec(), n),
+            Refused,
+        ),
+        (
+            "cut inside the header",
+            with(canonical(&runs)[..9].to_vec(), n),
+            Refused,
+        ),
         ("empty", with(Vec::new(), 0), Refused),
         // Groups.
-        ("two groups where one would do", with(cat(&[&Group::of(&runs[..2]).bytes(&runs[..2]), &Group::of(&runs[2..]).bytes(&runs[2..])]), n), Refused),
-        ("groups out of order", with(cat(&[&Group::of(&runs[2..]).bytes(&runs[2..]), &Group::of(&runs[..2]).bytes(&runs[..2])]), n), Refused),
-        ("groups sharing a stamp", with(cat(&[&Group::of(&runs[..2]).bytes(&runs[..2]), &Group::of(&runs[1..]).bytes(&runs[1..])]), n + 1), Refused),
-        ("1e9 + 1 entries over two groups", with(cat(&[&canonical(&[(T, MAX_ENTRIES)]), &canonical(&[(T + 1, 1)])]), MAX_ENTRIES + 1), Refused),
+        (
+            "two groups where one would do",
+            with(
+                cat(&[
+                    &Group::of(&runs[..2]).bytes(&runs[..2]),
+                    &Group::of(&runs[2..]).bytes(&runs[2..]),
+                ]),
+                n,
+            ),
+            Refused,
+        ),
+        (
+            "groups out of order",
+            with(
+                cat(&[
+                    &Group::of(&runs[2..]).bytes(&runs[2..]),
+                    &Group::of(&runs[..2]).bytes(&runs[..2]),
+                ]),
+                n,
+            ),
+            Refused,
+        ),
+        (
+            "groups sharing a stamp",
+            with(
+                cat(&[
+                    &Group::of(&runs[..2]).bytes(&runs[..2]),
+                    &Group::of(&runs[1..]).bytes(&runs[1..]),
+                ]),
+                n + 1,
+            ),
+            Refused,
+        ),
+        (
+            "1e9 + 1 entries over two groups",
+            with(
+                cat(&[&canonical(&[(T, MAX_ENTRIES)]), &canonical(&[(T + 1, 1)])]),
+                MAX_ENTRIES + 1,
+            ),
+            Refused,
+        ),
         ("a count of 2^30 (past 1e9)", frame.window(&[(T, 1 << 30)]), Refused),
         // Encoding versions this module does not write.
-        ("encoding version 0", frame.with_encver(0).payload(&[Uint(n), Str(canonical(&runs))]), Refused),
-        ("encoding version 1023", frame.with_encver(1023).payload(&[Uint(n), Str(canonical(&runs))]), Refused),
+        (
+            "encoding version 0",
+            frame.with_encver(0).payload(&[Uint(n), Str(canonical(&runs))]),
+            Refused,
+        ),
+        (
+            "encoding version 1023",
+            frame.with_encver(1023).payload(&[Uint(n), Str(canonical(&runs))]),
+            Refused,
+        ),
     ];
-    cases.push(("group LZF string claiming 2^40 bytes", v2.payload(&[Uint(n), Raw(cat(&[&[5, 0xc3], &rdb_len(4), &rdb_len(1 << 40), &[0, 1, 2, 3]]))]), Refused));
-    cases.into_iter().map(|(name, payload, expect)| ("v2 ".to_string() + name, payload, expect)).collect()
+    cases.push((
+        "group LZF string claiming 2^40 bytes",
+        v2.payload(&[
+            Uint(n),
+            Raw(cat(&[&[5, 0xc3], &rdb_len(4), &rdb_len(1 << 40), &[0, 1, 2, 3]])),
+        ]),
+        Refused,
+    ));
+    cases
+        .into_iter()
+        .map(|(name, payload, expect)| ("v2 ".to_string() + name, payload, expect))
+        .collect()
 }
 
 const RANDOM_ROUNDS: usize = 300;
@@ -673,10 +1076,22 @@ fn random_cases(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
             let gap = [2, 64, 9000, 1 << 39, 1 << 41][rng.below(5) as usize];
             stamp += 1 + rng.below(gap);
         }
-        let valid = if round % 2 == 0 { frame.window(&runs) } else { frame.window_v1(&runs) };
+        let valid = if round % 2 == 0 {
+            frame.window(&runs)
+        } else {
+            frame.window_v1(&runs)
+        };
         if round % 4 < 2 {
-            let expect = if round % 2 == 0 { Expect::Loaded } else { Expect::LoadedAs(frame.window(&runs)) };
-            cases.push((format!("random window {round} (version {}): {} runs", 2 - round % 2, runs.len()), valid, expect));
+            let expect = if round % 2 == 0 {
+                Expect::Loaded
+            } else {
+                Expect::LoadedAs(frame.window(&runs))
+            };
+            cases.push((
+                format!("random window {round} (version {}): {} runs", 2 - round % 2, runs.len()),
+                valid,
+                expect,
+            ));
             continue;
         }
         // Mutate the body after the type byte, keep the version, recompute the CRC.
@@ -699,7 +1114,11 @@ fn random_cases(frame: &Frame) -> Vec<(String, Vec<u8>, Expect)> {
                 _ => body.truncate(at.max(1)),
             }
         }
-        cases.push((format!("mutation {round} (version {}) of {} runs", 2 - round % 2, runs.len()), frame.seal(body), Expect::Either));
+        cases.push((
+            format!("mutation {round} (version {}) of {} runs", 2 - round % 2, runs.len()),
+            frame.seal(body),
+            Expect::Either,
+        ));
     }
     cases
 }
@@ -726,14 +1145,33 @@ fn run_cases(sanitize: bool) -> Vec<(String, bool)> {
 
     // Encoding version 3 (a later module's) is refused with a log line naming the version.
     let before = server.log().matches("encoding version is 3").count();
-    let payload = frame.with_encver(3).payload(&[Field::Uint(1), Field::Str(canonical(&[(T, 1)]))]);
-    assert!(!try_case(&server, &mut conn, &baseline, "encoding version 3", &payload, &Expect::Refused));
+    let payload = frame
+        .with_encver(3)
+        .payload(&[Field::Uint(1), Field::Str(canonical(&[(T, 1)]))]);
+    assert!(!try_case(
+        &server,
+        &mut conn,
+        &baseline,
+        "encoding version 3",
+        &payload,
+        &Expect::Refused
+    ));
     let log = server.log();
-    assert_eq!(log.matches("encoding version is 3").count(), before + 1, "no log line for version 3:\n{log}");
+    assert_eq!(
+        log.matches("encoding version is 3").count(),
+        before + 1,
+        "no log line for version 3:\n{log}"
+    );
     assert!(log.contains("xcloaklog"), "the log line names the type:\n{log}");
 
-    let mutations_loaded = outcomes.iter().filter(|(case, loaded)| *loaded && case.starts_with("mutation")).count();
-    eprintln!("sanitize-dump-payload {sanitize}: {} cases, {mutations_loaded} mutations loaded", outcomes.len());
+    let mutations_loaded = outcomes
+        .iter()
+        .filter(|(case, loaded)| *loaded && case.starts_with("mutation"))
+        .count();
+    eprintln!(
+        "sanitize-dump-payload {sanitize}: {} cases, {mutations_loaded} mutations loaded",
+        outcomes.len()
+    );
     outcomes
 }
 
@@ -771,7 +1209,10 @@ fn apply_is_refused_to_clients() {
         assert!(text.contains("XCLOAK.APPLY is internal"), "{how}: {text}");
     };
     for args in &calls {
-        let how = format!("XCLOAK.APPLY {:?}", args.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>());
+        let how = format!(
+            "XCLOAK.APPLY {:?}",
+            args.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>()
+        );
         // Plain.
         let mut cmd = redis::cmd("XCLOAK.APPLY");
         for arg in args {

@@ -51,16 +51,17 @@ fn normalise(value: RedisResult<Value>) -> Reply {
         Ok(Value::Int(n)) => Reply::Int(n),
         Ok(Value::Array(items)) if items.iter().all(|v| matches!(v, Value::Int(_))) => Reply::Fields(integers(&items)),
         Ok(Value::Array(items)) => Reply::Nested(items.into_iter().map(|item| normalise(Ok(item))).collect()),
-        Ok(Value::ServerError(error)) => {
-            Reply::Error(format!("{} {}", error.code(), error.details().unwrap_or("")))
-        }
+        Ok(Value::ServerError(error)) => Reply::Error(format!("{} {}", error.code(), error.details().unwrap_or(""))),
         Ok(other) => Reply::Other(format!("{other:?}")),
         Err(error) => Reply::Error(error_text(&error)),
     }
 }
 
 fn integers(items: &[Value]) -> Vec<i64> {
-    items.iter().map(|v| if let Value::Int(n) = v { *n } else { unreachable!() }).collect()
+    items
+        .iter()
+        .map(|v| if let Value::Int(n) = v { *n } else { unreachable!() })
+        .collect()
 }
 
 fn load_script(conn: &mut Connection, script: &str) -> String {
@@ -125,12 +126,23 @@ fn observe_cmd(conn: &mut Connection, command: redis::Cmd, key: &str) -> Observe
     let mut pipe = redis::pipe();
     pipe.atomic()
         .add_command(command)
-        .cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES")
-        .cmd("PTTL").arg(key)
-        .cmd("PERSIST").arg(key).ignore();
+        .cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .cmd("PTTL")
+        .arg(key)
+        .cmd("PERSIST")
+        .arg(key)
+        .ignore();
     let (reply, entries, pttl): (Value, Vec<(String, String)>, i64) =
         pipe.query(conn).unwrap_or_else(|e| panic!("{what}: {e}"));
-    Observed { reply: normalise(Ok(reply)), entries, pttl }
+    Observed {
+        reply: normalise(Ok(reply)),
+        entries,
+        pttl,
+    }
 }
 
 /// The TTL state a call may leave: no key (-2), untouched since the last
@@ -140,7 +152,11 @@ fn observe_cmd(conn: &mut Connection, command: redis::Cmd, key: &str) -> Observe
 fn assert_ttl(observed: &Observed, what: &str) {
     let pttl = observed.pttl;
     assert!(pttl == -2 || pttl == -1 || pttl > 0, "{what}: PTTL {pttl}");
-    assert_eq!(pttl == -2, observed.entries.is_empty(), "{what}: a key exists iff it has entries");
+    assert_eq!(
+        pttl == -2,
+        observed.entries.is_empty(),
+        "{what}: a key exists iff it has entries"
+    );
 }
 
 // ---------------------------------------------------------------- generator
@@ -204,16 +220,22 @@ fn step_strategy() -> impl Strategy<Value = Step> {
         3 => 1..=10i64,
         2 => 200..=1500i64,
     ];
-    (dt, cost, any::<bool>(), prop::option::weighted(0.1, limit_strategy()), any::<bool>(), prop::bool::weighted(0.3)).prop_map(
-        |(dt, cost, details, new_limit, lua, stamp)| Step {
+    (
+        dt,
+        cost,
+        any::<bool>(),
+        prop::option::weighted(0.1, limit_strategy()),
+        any::<bool>(),
+        prop::bool::weighted(0.3),
+    )
+        .prop_map(|(dt, cost, details, new_limit, lua, stamp)| Step {
             dt,
             cost,
             details,
             new_limit,
             via: if lua { Via::Lua } else { Via::Native },
             stamp,
-        },
-    )
+        })
 }
 
 fn sequence_strategy() -> impl Strategy<Value = Sequence> {
@@ -237,9 +259,20 @@ fn sequence_strategy() -> impl Strategy<Value = Sequence> {
         1 => Just(Vec::new()),
         1 => prop::collection::vec((window.clone(), limit_strategy()), 1..=3),
     ];
-    (start, window, limit_strategy(), more_tiers, prop::collection::vec(step_strategy(), 1..30)).prop_map(
-        |(start, window, limit, more_tiers, steps)| Sequence { start, window, limit, more_tiers, steps },
+    (
+        start,
+        window,
+        limit_strategy(),
+        more_tiers,
+        prop::collection::vec(step_strategy(), 1..30),
     )
+        .prop_map(|(start, window, limit, more_tiers, steps)| Sequence {
+            start,
+            window,
+            limit,
+            more_tiers,
+            steps,
+        })
 }
 
 impl Sequence {
@@ -290,7 +323,11 @@ impl Sequence {
 }
 
 fn runner(cases: u32) -> TestRunner {
-    TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() })
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    })
 }
 
 static KEYS: AtomicUsize = AtomicUsize::new(0);
@@ -319,7 +356,8 @@ fn fallback_equals_the_command_on_random_sequences() {
                 let what = format!("call {i} {args:?}");
                 prop_assert!(
                     matches!(native.reply, Reply::Int(_) | Reply::Fields(_) | Reply::Nested(_)),
-                    "{what}: native replied {:?}", native.reply
+                    "{what}: native replied {:?}",
+                    native.reply
                 );
                 prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
                 prop_assert_eq!(&lua.entries, &native.entries, "{}: members and scores", what);
@@ -327,7 +365,11 @@ fn fallback_equals_the_command_on_random_sequences() {
                 assert_ttl(&native, &format!("{what} (command)"));
                 prop_assert_eq!(lua.pttl == -1, native.pttl == -1, "{}: TTL touched by one only", what);
             }
-            let _: () = redis::cmd("DEL").arg(&lua_key).arg(&native_key).query(&mut conn).unwrap();
+            let _: () = redis::cmd("DEL")
+                .arg(&lua_key)
+                .arg(&native_key)
+                .query(&mut conn)
+                .unwrap();
             Ok(())
         })
         .unwrap();
@@ -352,7 +394,10 @@ fn peek_cmd(via: Via, sha: &str, key: &str, args: &[String]) -> redis::Cmd {
 /// The peek arguments of an ALLOW argument list: the same, without DETAILS
 /// and STAMP (PEEK always replies the details and records nothing).
 fn peek_args(args: &[String]) -> Vec<String> {
-    args.iter().filter(|a| *a != "DETAILS" && *a != "STAMP").cloned().collect()
+    args.iter()
+        .filter(|a| *a != "DETAILS" && *a != "STAMP")
+        .cloned()
+        .collect()
 }
 
 /// The peek script answers what XCLOAK.PEEK answers, after every call of a
@@ -379,9 +424,18 @@ fn peek_fallback_equals_the_command_on_random_sequences() {
                 let native = observe_cmd(&mut conn, peek_cmd(Via::Native, &peek_sha, &key, &peek), &key);
                 let lua = observe_cmd(&mut conn, peek_cmd(Via::Lua, &peek_sha, &key, &peek), &key);
                 let what = format!("peek after call {i} {peek:?}");
-                prop_assert!(matches!(native.reply, Reply::Fields(_) | Reply::Nested(_)), "{what}: native replied {:?}", native.reply);
+                prop_assert!(
+                    matches!(native.reply, Reply::Fields(_) | Reply::Nested(_)),
+                    "{what}: native replied {:?}",
+                    native.reply
+                );
                 prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
-                prop_assert_eq!(&lua.entries, &before.entries, "{}: the script changed the members", what);
+                prop_assert_eq!(
+                    &lua.entries,
+                    &before.entries,
+                    "{}: the script changed the members",
+                    what
+                );
                 prop_assert_eq!(lua.pttl, native.pttl, "{}: the script touched the TTL", what);
             }
             let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
@@ -393,11 +447,21 @@ fn peek_fallback_equals_the_command_on_random_sequences() {
     let args: Vec<String> = ["60000", "5", "NOW", "1700000000000"].map(String::from).to_vec();
     let lua = normalise(peek_cmd(Via::Lua, &peek_sha, "peek:missing", &args).query(&mut *conn));
     assert_eq!(lua, Reply::Fields(vec![1, 5, 5, 0, 0]));
-    assert_eq!(lua, normalise(peek_cmd(Via::Native, &peek_sha, "peek:missing", &args).query(&mut *conn)));
+    assert_eq!(
+        lua,
+        normalise(peek_cmd(Via::Native, &peek_sha, "peek:missing", &args).query(&mut *conn))
+    );
     let oldest: Vec<String> = args.iter().cloned().chain(["OLDEST".to_string()]).collect();
     let lua = normalise(peek_cmd(Via::Lua, &peek_sha, "peek:missing", &oldest).query(&mut *conn));
-    assert_eq!(lua, Reply::Fields(vec![1, 5, 5, 0, 0, -1]), "OLDEST of an empty window is -1");
-    assert_eq!(lua, normalise(peek_cmd(Via::Native, &peek_sha, "peek:missing", &oldest).query(&mut *conn)));
+    assert_eq!(
+        lua,
+        Reply::Fields(vec![1, 5, 5, 0, 0, -1]),
+        "OLDEST of an empty window is -1"
+    );
+    assert_eq!(
+        lua,
+        normalise(peek_cmd(Via::Native, &peek_sha, "peek:missing", &oldest).query(&mut *conn))
+    );
     assert_eq!(key_type(&mut conn, "peek:missing"), "none");
 }
 
@@ -432,9 +496,16 @@ fn peek_errors_match_the_command() {
         &["10", "1", "TIER", "0", "1"],
         &["10", "1", "TIER", "5", "1", "TIER", "5", "1000001"],
     ];
-    let too_many: Vec<String> = ["10", "1"].into_iter().chain(["TIER", "5", "1"].repeat(16)).map(String::from).collect();
-    let bad: Vec<Vec<String>> =
-        bad.iter().map(|args| args.iter().map(|s| s.to_string()).collect()).chain([too_many]).collect();
+    let too_many: Vec<String> = ["10", "1"]
+        .into_iter()
+        .chain(["TIER", "5", "1"].repeat(16))
+        .map(String::from)
+        .collect();
+    let bad: Vec<Vec<String>> = bad
+        .iter()
+        .map(|args| args.iter().map(|s| s.to_string()).collect())
+        .chain([too_many])
+        .collect();
     let before = entries(&mut conn, "z");
     for args in bad {
         let lua = normalise(peek_cmd(Via::Lua, &sha, "z", &args).query(&mut conn));
@@ -451,7 +522,10 @@ fn peek_errors_match_the_command() {
     }
     let args: Vec<String> = vec!["10".into(), "1".into()];
     let lua = normalise(peek_cmd(Via::Lua, &sha, "s", &args).query(&mut conn));
-    assert_eq!(lua, Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
+    assert_eq!(
+        lua,
+        Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into())
+    );
     assert_eq!(lua, normalise(peek_cmd(Via::Native, &sha, "s", &args).query(&mut conn)));
 }
 
@@ -475,7 +549,11 @@ fn command_and_fallback_share_a_key() {
                 prop_assert_eq!(&mixed.reply, &reference.reply, "{}: replies", what);
                 prop_assert_eq!(&mixed.entries, &reference.entries, "{}: members and scores", what);
             }
-            let _: () = redis::cmd("DEL").arg(&mixed_key).arg(&native_key).query(&mut conn).unwrap();
+            let _: () = redis::cmd("DEL")
+                .arg(&mixed_key)
+                .arg(&native_key)
+                .query(&mut conn)
+                .unwrap();
             Ok(())
         })
         .unwrap();
@@ -485,8 +563,16 @@ fn command_and_fallback_share_a_key() {
 /// earlier stamp (admitted or not, maybe refunded already) or of an unknown one.
 #[derive(Clone, Debug)]
 enum RefundStep {
-    Allow { forward_ms: i64, cost: i64, details: bool },
-    Refund { target: usize, unknown: bool, cost: Option<i64> },
+    Allow {
+        forward_ms: i64,
+        cost: i64,
+        details: bool,
+    },
+    Refund {
+        target: usize,
+        unknown: bool,
+        cost: Option<i64>,
+    },
 }
 
 fn refund_step_strategy() -> impl Strategy<Value = RefundStep> {
@@ -509,7 +595,11 @@ fn refunds_and_stamps_equal_the_commands() {
     let mut conn = server.client();
     let (allow_sha, refund_sha) = (load_fallback(&mut conn), load_script(&mut conn, REFUND_FALLBACK));
     let conn = RefCell::new(conn);
-    let strategy = (1..=3_000i64, 0..=2_500i64, prop::collection::vec(refund_step_strategy(), 1..40));
+    let strategy = (
+        1..=3_000i64,
+        0..=2_500i64,
+        prop::collection::vec(refund_step_strategy(), 1..40),
+    );
     runner(64)
         .run(&strategy, |(window, limit, steps)| {
             let mut conn = conn.borrow_mut();
@@ -518,7 +608,11 @@ fn refunds_and_stamps_equal_the_commands() {
             let mut stamps: Vec<i64> = Vec::new();
             for (i, step) in steps.iter().enumerate() {
                 let (args, is_refund) = match step {
-                    RefundStep::Allow { forward_ms, cost, details } => {
+                    RefundStep::Allow {
+                        forward_ms,
+                        cost,
+                        details,
+                    } => {
                         now += forward_ms;
                         stamps.push(now);
                         let mut args = vec![window.to_string(), limit.to_string(), "NOW".into(), now.to_string()];
@@ -529,7 +623,11 @@ fn refunds_and_stamps_equal_the_commands() {
                         (args, false)
                     }
                     RefundStep::Refund { target, unknown, cost } => {
-                        let stamp = if *unknown || stamps.is_empty() { now - 1 - (*target % 100) as i64 } else { stamps[target % stamps.len()] };
+                        let stamp = if *unknown || stamps.is_empty() {
+                            now - 1 - (*target % 100) as i64
+                        } else {
+                            stamps[target % stamps.len()]
+                        };
                         let mut args = vec![stamp.to_string()];
                         if let Some(cost) = cost {
                             args.extend(["COST".into(), cost.to_string()]);
@@ -538,20 +636,37 @@ fn refunds_and_stamps_equal_the_commands() {
                     }
                 };
                 let command = |via: Via, key: &str| {
-                    if is_refund { refund_cmd(via, &refund_sha, key, &args) } else { call_cmd(via, &allow_sha, key, &args) }
+                    if is_refund {
+                        refund_cmd(via, &refund_sha, key, &args)
+                    } else {
+                        call_cmd(via, &allow_sha, key, &args)
+                    }
                 };
                 let lua = observe_cmd(&mut conn, command(Via::Lua, &lua_key), &lua_key);
                 let native = observe_cmd(&mut conn, command(Via::Native, &native_key), &native_key);
                 let what = format!("call {i} {} {args:?}", if is_refund { "REFUND" } else { "ALLOW" });
-                prop_assert!(!matches!(native.reply, Reply::Error(_) | Reply::Other(_)), "{what}: native replied {:?}", native.reply);
+                prop_assert!(
+                    !matches!(native.reply, Reply::Error(_) | Reply::Other(_)),
+                    "{what}: native replied {:?}",
+                    native.reply
+                );
                 prop_assert_eq!(&lua.reply, &native.reply, "{}: replies", what);
                 prop_assert_eq!(&lua.entries, &native.entries, "{}: members and scores", what);
                 prop_assert_eq!(lua.pttl == -1, native.pttl == -1, "{}: TTL touched by one only", what);
                 if is_refund {
-                    prop_assert!(native.pttl == -1 || native.pttl == -2, "{}: a refund set a TTL ({})", what, native.pttl);
+                    prop_assert!(
+                        native.pttl == -1 || native.pttl == -2,
+                        "{}: a refund set a TTL ({})",
+                        what,
+                        native.pttl
+                    );
                 }
             }
-            let _: () = redis::cmd("DEL").arg(&lua_key).arg(&native_key).query(&mut conn).unwrap();
+            let _: () = redis::cmd("DEL")
+                .arg(&lua_key)
+                .arg(&native_key)
+                .query(&mut conn)
+                .unwrap();
             Ok(())
         })
         .unwrap();
@@ -566,7 +681,9 @@ fn same_millisecond_admissions_alternating_hold_the_limit_exactly() {
     let sha = load_fallback(&mut conn);
     let now = 1_732_941_234_567i64;
     let args = |cost: i64| -> Vec<String> {
-        ["60000", "2500", "NOW", &now.to_string(), "COST", &cost.to_string()].map(String::from).to_vec()
+        ["60000", "2500", "NOW", &now.to_string(), "COST", &cost.to_string()]
+            .map(String::from)
+            .to_vec()
     };
     let mut admitted = 0;
     for (i, via) in [Via::Native, Via::Lua].iter().cycle().take(9).enumerate() {
@@ -575,10 +692,18 @@ fn same_millisecond_admissions_alternating_hold_the_limit_exactly() {
         assert_eq!(reply, Reply::Int(expected), "call {i} via {via:?}");
         admitted += expected * 300;
     }
-    assert_eq!(call(&mut conn, Via::Lua, &sha, "k", &args(101)), Reply::Int(0), "2400 + 101 > 2500");
+    assert_eq!(
+        call(&mut conn, Via::Lua, &sha, "k", &args(101)),
+        Reply::Int(0),
+        "2400 + 101 > 2500"
+    );
     assert_eq!(call(&mut conn, Via::Lua, &sha, "k", &args(100)), Reply::Int(1));
     admitted += 100;
-    assert_eq!(call(&mut conn, Via::Native, &sha, "k", &args(1)), Reply::Int(0), "the window is full");
+    assert_eq!(
+        call(&mut conn, Via::Native, &sha, "k", &args(1)),
+        Reply::Int(0),
+        "the window is full"
+    );
     let members = entries(&mut conn, "k");
     assert_eq!(members.len() as i64, admitted, "every admission has its own member");
     assert_eq!(admitted, 2500);
@@ -600,7 +725,9 @@ fn article_entries_are_counted_and_never_collide() {
             assert_eq!(article_at(&mut conn, key, 1000, 5, 7000), 1);
         }
     }
-    let args: Vec<String> = ["1000", "5", "NOW", "7000", "COST", "2", "DETAILS"].map(String::from).to_vec();
+    let args: Vec<String> = ["1000", "5", "NOW", "7000", "COST", "2", "DETAILS"]
+        .map(String::from)
+        .to_vec();
     let lua = call(&mut conn, Via::Lua, &sha, "via-lua", &args);
     let native = call(&mut conn, Via::Native, &sha, "via-native", &args);
     assert_eq!(lua, Reply::Fields(vec![1, 5, 0, 0, 1000]));
@@ -614,7 +741,11 @@ fn article_entries_are_counted_and_never_collide() {
     for key in ["via-lua", "via-native"] {
         assert_eq!(article_at(&mut conn, key, 1000, 5, 7999), 0, "{key}: 5 live entries");
         let _: () = redis::cmd("DEL").arg(format!("{key}:seq")).query(&mut conn).unwrap();
-        assert_eq!(article_at(&mut conn, key, 1000, 5, 8000), 1, "{key}: the window moved on");
+        assert_eq!(
+            article_at(&mut conn, key, 1000, 5, 8000),
+            1,
+            "{key}: the window moved on"
+        );
         assert_eq!(entries(&mut conn, key), [("8000-1".to_string(), 8000.0)], "{key}");
     }
 }
@@ -669,7 +800,11 @@ fn errors_match_the_command() {
         &["10", "1", "STAMP", "DETAILS", "STAMPS"],
     ];
     // 16 TIERs: one too many (and 15 with a bad 16th, whose range error comes first).
-    let too_many: Vec<String> = ["10", "1"].into_iter().chain(["TIER", "5", "1"].repeat(16)).map(String::from).collect();
+    let too_many: Vec<String> = ["10", "1"]
+        .into_iter()
+        .chain(["TIER", "5", "1"].repeat(16))
+        .map(String::from)
+        .collect();
     let mut bad_sixteenth = too_many.clone();
     bad_sixteenth.pop();
     bad_sixteenth.push("x".into());
@@ -697,7 +832,10 @@ fn errors_match_the_command() {
     // Another type: WRONGTYPE from both, value untouched.
     let args: Vec<String> = vec!["10".into(), "1".into()];
     let lua = call(&mut conn, Via::Lua, &sha, "s", &args);
-    assert_eq!(lua, Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
+    assert_eq!(
+        lua,
+        Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into())
+    );
     assert_eq!(lua, call(&mut conn, Via::Native, &sha, "s", &args));
     let text: String = redis::cmd("GET").arg("s").query(&mut conn).unwrap();
     assert_eq!(text, "text");
@@ -760,10 +898,20 @@ fn refund_errors_match_the_command() {
     }
     let args = vec!["5000".to_string()];
     let lua = normalise(refund_cmd(Via::Lua, &sha, "s", &args).query(&mut conn));
-    assert_eq!(lua, Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
-    assert_eq!(lua, normalise(refund_cmd(Via::Native, &sha, "s", &args).query(&mut conn)));
+    assert_eq!(
+        lua,
+        Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into())
+    );
+    assert_eq!(
+        lua,
+        normalise(refund_cmd(Via::Native, &sha, "s", &args).query(&mut conn))
+    );
     for via in [Via::Lua, Via::Native] {
-        assert_eq!(normalise(refund_cmd(via, &sha, "missing", &args).query(&mut conn)), Reply::Int(0), "{via:?}");
+        assert_eq!(
+            normalise(refund_cmd(via, &sha, "missing", &args).query(&mut conn)),
+            Reply::Int(0),
+            "{via:?}"
+        );
         let exists: i64 = redis::cmd("EXISTS").arg("missing").query(&mut conn).unwrap();
         assert_eq!(exists, 0, "{via:?}: a refund created the key");
     }
@@ -783,7 +931,10 @@ fn without_now_the_server_clock_is_used() {
     let before = server_ms(&mut conn);
     for remaining in [2, 1, 0] {
         // Admitted: the newest entry is this call's, so the reset is the window.
-        assert_eq!(call(&mut conn, Via::Lua, &sha, "clock", &args), Reply::Fields(vec![1, 3, remaining, 0, 60_000]));
+        assert_eq!(
+            call(&mut conn, Via::Lua, &sha, "clock", &args),
+            Reply::Fields(vec![1, 3, remaining, 0, 60_000])
+        );
     }
     let after = server_ms(&mut conn);
     match call(&mut conn, Via::Lua, &sha, "clock", &args) {
@@ -794,7 +945,10 @@ fn without_now_the_server_clock_is_used() {
         other => panic!("{other:?}"),
     }
     for (_, score) in entries(&mut conn, "clock") {
-        assert!((before as f64..=after as f64).contains(&score), "{score} outside [{before}, {after}]");
+        assert!(
+            (before as f64..=after as f64).contains(&score),
+            "{score} outside [{before}, {after}]"
+        );
     }
     let pttl: i64 = redis::cmd("PTTL").arg("clock").query(&mut conn).unwrap();
     assert!((1..=61_000).contains(&pttl), "{pttl}");
@@ -841,9 +995,19 @@ fn fallback_replicates_effects_only() {
     let primary = ServerConfig::without_module().start();
     let replica = ServerConfig::without_module().start();
     let (mut conn, mut replica_conn) = (primary.client(), replica.client());
-    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut replica_conn).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port)
+        .query(&mut replica_conn)
+        .unwrap();
     assert!(
-        eventually(Duration::from_secs(20), || info_field(&mut replica_conn, "replication", "master_link_status").as_deref() == Some("up")),
+        eventually(Duration::from_secs(20), || info_field(
+            &mut replica_conn,
+            "replication",
+            "master_link_status"
+        )
+        .as_deref()
+            == Some("up")),
         "replica never linked"
     );
     let sha = load_fallback(&mut conn);
@@ -867,8 +1031,15 @@ fn fallback_replicates_effects_only() {
         }
     }
     for (i, stamp) in stamps.iter().enumerate() {
-        let args = vec![stamp.to_string(), "COST".into(), if i % 2 == 0 { "2" } else { "3" }.to_string()];
-        assert!(matches!(normalise(refund_cmd(Via::Lua, &refund_sha, "r-refund", &args).query(&mut conn)), Reply::Int(1..)));
+        let args = vec![
+            stamp.to_string(),
+            "COST".into(),
+            if i % 2 == 0 { "2" } else { "3" }.to_string(),
+        ];
+        assert!(matches!(
+            normalise(refund_cmd(Via::Lua, &refund_sha, "r-refund", &args).query(&mut conn)),
+            Reply::Int(1..)
+        ));
     }
     // 20 x 3 entries, refunds of 10 x 2 + 10 x 3 (each stamp holds at least what its refunds ask).
     assert_eq!(entries(&mut conn, "r-refund").len(), 10);
@@ -882,14 +1053,24 @@ fn fallback_replicates_effects_only() {
             redis::cmd("PTTL").arg(&key).query(c).unwrap()
         };
         let (on_primary, on_replica) = (expire_at(&mut conn), expire_at(&mut replica_conn));
-        assert!(on_primary > 0 && on_replica > 0 && on_replica <= 61_000, "{key}: {on_primary} / {on_replica}");
+        assert!(
+            on_primary > 0 && on_replica > 0 && on_replica <= 61_000,
+            "{key}: {on_primary} / {on_replica}"
+        );
         if at_least_7_0() {
             let exact = |c: &mut Connection| -> i64 { redis::cmd("PEXPIRETIME").arg(&key).query(c).unwrap() };
-            assert_eq!(exact(&mut conn), exact(&mut replica_conn), "{key}: same absolute expiry");
+            assert_eq!(
+                exact(&mut conn),
+                exact(&mut replica_conn),
+                "{key}: same absolute expiry"
+            );
         }
     }
     let stats: String = redis::cmd("INFO").arg("commandstats").query(&mut replica_conn).unwrap();
-    assert!(!stats.contains("cmdstat_evalsha") && !stats.contains("cmdstat_eval:"), "the replica ran the script:\n{stats}");
+    assert!(
+        !stats.contains("cmdstat_evalsha") && !stats.contains("cmdstat_eval:"),
+        "the replica ran the script:\n{stats}"
+    );
     assert!(stats.contains("cmdstat_zadd"), "the replica got no ZADD:\n{stats}");
     assert!(stats.contains("cmdstat_zrem:"), "the replica got no ZREM:\n{stats}");
 }
@@ -915,7 +1096,10 @@ fn ttl_is_window_plus_margin_from_the_server_clock() {
         let t1 = time(&mut conn);
         let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
         let t2 = time(&mut conn);
-        assert!(pttl <= window + 1000 && pttl >= t0 + window + 1000 - t2, "{via:?}: PTTL {pttl} (t0 {t0}, t1 {t1}, t2 {t2})");
+        assert!(
+            pttl <= window + 1000 && pttl >= t0 + window + 1000 - t2,
+            "{via:?}: PTTL {pttl} (t0 {t0}, t1 {t1}, t2 {t2})"
+        );
         // A rejection (the NOW is ignored by the TTL, which follows the server clock).
         let _: () = redis::cmd("PEXPIRE").arg(&key).arg(5_000_000).query(&mut conn).unwrap();
         assert_eq!(call(&mut conn, via, &sha, &key, &args), Reply::Int(0));
@@ -939,19 +1123,31 @@ fn an_admission_slower_than_its_window_replies_like_the_command() {
     let mut outcomes = Vec::new();
     for via in [Via::Lua, Via::Native] {
         let key = format!("slow-{via:?}");
-        let args: Vec<String> = ["1", "1000000", "NOW", "1700000000000", "COST", "1000000", "DETAILS"].map(String::from).to_vec();
+        let args: Vec<String> = ["1", "1000000", "NOW", "1700000000000", "COST", "1000000", "DETAILS"]
+            .map(String::from)
+            .to_vec();
         let mut conn = server.client();
         let (sha, key2, args2) = (sha.clone(), key.clone(), args.clone());
         let call_thread = std::thread::spawn(move || call(&mut conn, via, &sha, &key2, &args2));
         std::thread::sleep(Duration::from_millis(150));
-        let stop = std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+        let stop = std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap();
         std::thread::sleep(Duration::from_millis(1500));
-        let cont = std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+        let cont = std::process::Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap();
         assert!(stop.success() && cont.success());
         let reply = call_thread.join().unwrap();
         let exists: i64 = redis::cmd("EXISTS").arg(&key).query(&mut server.client()).unwrap();
         outcomes.push((reply, exists));
     }
-    assert_eq!(outcomes[0].0, Reply::Fields(vec![1, 1_000_000, 0, 0, 1]), "the script's reply");
+    assert_eq!(
+        outcomes[0].0,
+        Reply::Fields(vec![1, 1_000_000, 0, 0, 1]),
+        "the script's reply"
+    );
     assert_eq!(outcomes[0], outcomes[1], "script and command differ");
 }

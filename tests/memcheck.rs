@@ -62,19 +62,64 @@ fn calls(conn: &mut Connection, prefix: &str, keys: usize, rounds: usize) {
             let now = T + (round as i64) * (W * 5 / 12) + rng.below(300) as i64;
             match rng.below(8) {
                 0 => pipe.cmd("XCLOAK.ALLOW").arg(&key).arg(W).arg(3).arg("NOW").arg(now),
-                1 => pipe.cmd("XCLOAK.ALLOW").arg(&key).arg(W).arg(5).arg("TIER").arg(2 * W).arg(20).arg("COST").arg(2).arg("NOW").arg(now).arg("DETAILS"),
-                2 => pipe.cmd("XCLOAK.ALLOW").arg(&key).arg(W).arg(10).arg("STAMP").arg("DETAILS"),
-                3 => pipe.cmd("XCLOAK.PEEK").arg(&key).arg(W).arg(3).arg("TIER").arg(2 * W).arg(20).arg("NOW").arg(now),
+                1 => pipe
+                    .cmd("XCLOAK.ALLOW")
+                    .arg(&key)
+                    .arg(W)
+                    .arg(5)
+                    .arg("TIER")
+                    .arg(2 * W)
+                    .arg(20)
+                    .arg("COST")
+                    .arg(2)
+                    .arg("NOW")
+                    .arg(now)
+                    .arg("DETAILS"),
+                2 => pipe
+                    .cmd("XCLOAK.ALLOW")
+                    .arg(&key)
+                    .arg(W)
+                    .arg(10)
+                    .arg("STAMP")
+                    .arg("DETAILS"),
+                3 => pipe
+                    .cmd("XCLOAK.PEEK")
+                    .arg(&key)
+                    .arg(W)
+                    .arg(3)
+                    .arg("TIER")
+                    .arg(2 * W)
+                    .arg(20)
+                    .arg("NOW")
+                    .arg(now),
                 4 => pipe.cmd("XCLOAK.REFUND").arg(&key).arg(now - 300).arg("COST").arg(2),
-                5 => pipe.cmd("XCLOAK.ALLOW").arg(&key).arg(W).arg(0).arg("NOW").arg(now + 5 * W), // trims
-                6 => pipe.cmd("XCLOAK.ALLOW").arg(&key).arg(W).arg(1000).arg("COST").arg(1 + rng.below(40)).arg("NOW").arg(now),
+                5 => pipe
+                    .cmd("XCLOAK.ALLOW")
+                    .arg(&key)
+                    .arg(W)
+                    .arg(0)
+                    .arg("NOW")
+                    .arg(now + 5 * W), // trims
+                6 => pipe
+                    .cmd("XCLOAK.ALLOW")
+                    .arg(&key)
+                    .arg(W)
+                    .arg(1000)
+                    .arg("COST")
+                    .arg(1 + rng.below(40))
+                    .arg("NOW")
+                    .arg(now),
                 _ => pipe.cmd("XCLOAK.PEEK").arg(&key).arg(W).arg(10).arg("COST").arg(3),
             };
         }
         let _: Vec<Value> = pipe.query(conn).unwrap();
     }
     // Every kind of refusal allocates its error text.
-    let _: () = redis::cmd("SET").arg(format!("{prefix}:string")).arg("v").query(conn).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{prefix}:string"))
+        .arg("v")
+        .query(conn)
+        .unwrap();
     let string_key = format!("{prefix}:string");
     for (words, expected) in [
         (vec!["XCLOAK.ALLOW", "k", "0", "3"], "window must be"),
@@ -82,7 +127,16 @@ fn calls(conn: &mut Connection, prefix: &str, keys: usize, rounds: usize) {
         (vec!["XCLOAK.ALLOW", "k", "1000", "3", "COST", "0"], "COST must be"),
         (vec!["XCLOAK.ALLOW", "k", "1000", "3", "NOW", "x"], "NOW must be"),
         (vec!["XCLOAK.ALLOW", "k", "1000", "3", "TIER", "1"], "TIER needs"),
-        (vec!["XCLOAK.ALLOW", "k", "1000", "3", "FAST\r\n\0xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"], "unknown option"),
+        (
+            vec![
+                "XCLOAK.ALLOW",
+                "k",
+                "1000",
+                "3",
+                "FAST\r\n\0xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            ],
+            "unknown option",
+        ),
         (vec!["XCLOAK.PEEK", "k", "1000", "3", "DETAILS"], "unknown option"),
         (vec!["XCLOAK.REFUND", "k", "-5"], "stamp must be"),
         (vec!["XCLOAK.CONVERT", "k", "LIST"], "target must be"),
@@ -103,7 +157,10 @@ fn reload(conn: &mut Connection, what: &str) {
 fn wait_persistence(conn: &mut Connection, field: &str) {
     let done = eventually(valgrind::patience(Duration::from_secs(30)), || {
         info_field(conn, "persistence", field).as_deref() == Some("0")
-            && info_field(conn, "persistence", "aof_rewrite_scheduled").as_deref().unwrap_or("0") == "0"
+            && info_field(conn, "persistence", "aof_rewrite_scheduled")
+                .as_deref()
+                .unwrap_or("0")
+                == "0"
     });
     assert!(done, "{field} still running");
 }
@@ -112,9 +169,23 @@ fn wait_persistence(conn: &mut Connection, field: &str) {
 fn large_windows(conn: &mut Connection, prefix: &str, runs: usize) {
     let mut pipe = redis::pipe();
     for i in 0..runs {
-        pipe.cmd("XCLOAK.ALLOW").arg(format!("{prefix}:wide")).arg(1i64 << 40).arg(1_000_000).arg("NOW").arg(T + 3 * i as i64).ignore();
+        pipe.cmd("XCLOAK.ALLOW")
+            .arg(format!("{prefix}:wide"))
+            .arg(1i64 << 40)
+            .arg(1_000_000)
+            .arg("NOW")
+            .arg(T + 3 * i as i64)
+            .ignore();
     }
-    pipe.cmd("XCLOAK.ALLOW").arg(format!("{prefix}:deep")).arg(1i64 << 40).arg(1_000_000).arg("COST").arg(runs).arg("NOW").arg(T).ignore();
+    pipe.cmd("XCLOAK.ALLOW")
+        .arg(format!("{prefix}:deep"))
+        .arg(1i64 << 40)
+        .arg(1_000_000)
+        .arg("COST")
+        .arg(runs)
+        .arg("NOW")
+        .arg(T)
+        .ignore();
     let () = pipe.query(conn).unwrap();
 }
 
@@ -128,7 +199,17 @@ fn workload(config: ServerConfig, compact_server: bool) {
     large_windows(&mut conn, "big", runs);
     let _ = call(&mut conn, &["INFO", "xcloak"]);
     if at_least_7_0() {
-        let _ = call(&mut conn, &["COMMAND", "DOCS", "xcloak.allow", "xcloak.peek", "xcloak.refund", "xcloak.convert"]);
+        let _ = call(
+            &mut conn,
+            &[
+                "COMMAND",
+                "DOCS",
+                "xcloak.allow",
+                "xcloak.peek",
+                "xcloak.refund",
+                "xcloak.convert",
+            ],
+        );
         let _ = call(&mut conn, &["COMMAND", "INFO", "xcloak.allow"]);
         call(&mut conn, &["CONFIG", "SET", "xcloak.max-limit", "2000000"]);
         let _ = call(&mut conn, &["CONFIG", "GET", "xcloak.*"]);
@@ -147,11 +228,37 @@ fn workload(config: ServerConfig, compact_server: bool) {
         for k in 0..keys / 4 {
             let _ = call(&mut conn, &["XCLOAK.CONVERT", &format!("rl:{k}"), "COMPACT"]);
         }
-        let wide = call(&mut conn, &["XCLOAK.PEEK", "big:wide", "1099511627776", "1000000", "NOW", &T.to_string()]);
+        let wide = call(
+            &mut conn,
+            &[
+                "XCLOAK.PEEK",
+                "big:wide",
+                "1099511627776",
+                "1000000",
+                "NOW",
+                &T.to_string(),
+            ],
+        );
         assert!(matches!(&wide, Value::Array(f) if f.len() == 5));
         assert_eq!(call(&mut conn, &["XCLOAK.CONVERT", "big:wide", "ZSET"]), Value::Int(1));
-        assert_eq!(call(&mut conn, &["XCLOAK.CONVERT", "big:wide", "COMPACT"]), Value::Int(1));
-        assert_eq!(call(&mut conn, &["XCLOAK.PEEK", "big:wide", "1099511627776", "1000000", "NOW", &T.to_string()]), wide);
+        assert_eq!(
+            call(&mut conn, &["XCLOAK.CONVERT", "big:wide", "COMPACT"]),
+            Value::Int(1)
+        );
+        assert_eq!(
+            call(
+                &mut conn,
+                &[
+                    "XCLOAK.PEEK",
+                    "big:wide",
+                    "1099511627776",
+                    "1000000",
+                    "NOW",
+                    &T.to_string()
+                ]
+            ),
+            wide
+        );
     }
 
     // DUMP/RESTORE, RESTORE REPLACE, COPY.
@@ -159,13 +266,35 @@ fn workload(config: ServerConfig, compact_server: bool) {
         let key = format!("rl:{k}");
         let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&key).query(&mut conn).unwrap();
         let Some(dump) = dump else { continue };
-        let _: () = redis::cmd("RESTORE").arg(format!("restored:{k}")).arg(0).arg(&dump).query(&mut conn).unwrap();
-        let _: () = redis::cmd("RESTORE").arg(format!("restored:{k}")).arg(0).arg(&dump).arg("REPLACE").query(&mut conn).unwrap();
-        let _: i64 = redis::cmd("COPY").arg(&key).arg(format!("copied:{k}")).query(&mut conn).unwrap();
+        let _: () = redis::cmd("RESTORE")
+            .arg(format!("restored:{k}"))
+            .arg(0)
+            .arg(&dump)
+            .query(&mut conn)
+            .unwrap();
+        let _: () = redis::cmd("RESTORE")
+            .arg(format!("restored:{k}"))
+            .arg(0)
+            .arg(&dump)
+            .arg("REPLACE")
+            .query(&mut conn)
+            .unwrap();
+        let _: i64 = redis::cmd("COPY")
+            .arg(&key)
+            .arg(format!("copied:{k}"))
+            .query(&mut conn)
+            .unwrap();
     }
     for key in ["big:wide", "big:deep"] {
-        let _: i64 = redis::cmd("COPY").arg(key).arg(format!("{key}:copy")).query(&mut conn).unwrap();
-        assert_eq!(call(&mut conn, &["DEBUG", "DIGEST-VALUE", key]), call(&mut conn, &["DEBUG", "DIGEST-VALUE", &format!("{key}:copy")]));
+        let _: i64 = redis::cmd("COPY")
+            .arg(key)
+            .arg(format!("{key}:copy"))
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(
+            call(&mut conn, &["DEBUG", "DIGEST-VALUE", key]),
+            call(&mut conn, &["DEBUG", "DIGEST-VALUE", &format!("{key}:copy")])
+        );
     }
 
     // A replica loading diskless, then applying the stream.
@@ -175,7 +304,11 @@ fn workload(config: ServerConfig, compact_server: bool) {
     wait_replicated(&server, &replica);
     calls(&mut conn, "rl", keys, 2);
     wait_replicated(&server, &replica);
-    assert_eq!(digest(&mut on_replica), digest(&mut conn), "the replica holds every window");
+    assert_eq!(
+        digest(&mut on_replica),
+        digest(&mut conn),
+        "the replica holds every window"
+    );
     drop(on_replica);
     drop(replica);
 
@@ -200,10 +333,18 @@ fn workload(config: ServerConfig, compact_server: bool) {
     wait_persistence(&mut conn, "aof_rewrite_in_progress");
     calls(&mut conn, "rl", keys, 2);
     let before = digest(&mut conn);
-    server.config = server.config.clone().arg("appendonly", "yes").arg("aof-use-rdb-preamble", "no");
+    server.config = server
+        .config
+        .clone()
+        .arg("appendonly", "yes")
+        .arg("aof-use-rdb-preamble", "no");
     server.restart();
     conn = server.client();
-    assert_eq!(digest(&mut conn), before, "a restart replayed the rewritten AOF (XCLOAK.APPLY ... L) and its tail");
+    assert_eq!(
+        digest(&mut conn),
+        before,
+        "a restart replayed the rewritten AOF (XCLOAK.APPLY ... L) and its tail"
+    );
     let _ = call(&mut conn, &["BGREWRITEAOF"]);
     wait_persistence(&mut conn, "aof_rewrite_in_progress");
     calls(&mut conn, "aof", keys / 2, 2);
@@ -214,7 +355,11 @@ fn workload(config: ServerConfig, compact_server: bool) {
     let before = digest(&mut conn);
     server.restart();
     conn = server.client();
-    assert_eq!(digest(&mut conn), before, "a restart replayed the RDB-preamble AOF and its tail");
+    assert_eq!(
+        digest(&mut conn),
+        before,
+        "a restart replayed the RDB-preamble AOF and its tail"
+    );
     call(&mut conn, &["CONFIG", "SET", "appendonly", "no"]);
 
     // SWAPDB, MOVE, RENAME.
@@ -227,13 +372,25 @@ fn workload(config: ServerConfig, compact_server: bool) {
     reload(&mut conn, "after SWAPDB, MOVE and RENAME");
 
     // Active defrag, where the server can defragment.
-    match redis::cmd("CONFIG").arg("SET").arg("activedefrag").arg("yes").query::<()>(&mut conn) {
+    match redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("activedefrag")
+        .arg("yes")
+        .query::<()>(&mut conn)
+    {
         Ok(()) => {
-            for (name, value) in [("active-defrag-ignore-bytes", "1"), ("active-defrag-threshold-lower", "1"), ("active-defrag-cycle-min", "50")] {
+            for (name, value) in [
+                ("active-defrag-ignore-bytes", "1"),
+                ("active-defrag-threshold-lower", "1"),
+                ("active-defrag-cycle-min", "50"),
+            ] {
                 call(&mut conn, &["CONFIG", "SET", name, value]);
             }
             let _ = eventually(valgrind::patience(Duration::from_secs(5)), || {
-                info_field(&mut conn, "stats", "active_defrag_hits").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) > 100
+                info_field(&mut conn, "stats", "active_defrag_hits")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+                    > 100
             });
             call(&mut conn, &["CONFIG", "SET", "activedefrag", "no"]);
             reload(&mut conn, "after active defrag");
@@ -276,16 +433,35 @@ fn every_kind_of_call_on_compact_windows() {
 fn a_panicking_call_unwinds_cleanly() {
     let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fault/libxcloak.so");
     if !module.exists() {
-        return eprintln!("skipped: no fault-injection build at {} (make fault-module)", module.display());
+        return eprintln!(
+            "skipped: no fault-injection build at {} (make fault-module)",
+            module.display()
+        );
     }
     let mut config = ServerConfig::without_module().arg("loadmodule", &module.display().to_string());
     config.extra.extend(["STORAGE".to_string(), "compact".to_string()]);
     let mut server = config.start();
     let mut conn = server.client();
     for i in 0..valgrind::scaled(50, 10) {
-        let words = ["XCLOAK.ALLOW", "xcloak:fault:panic", "1000", "3", "COST", "2", "DETAILS"];
-        refused(&mut conn, if i % 2 == 0 { &words } else { &words[..4] }, "internal error");
-        refused(&mut conn, &["XCLOAK.PEEK", "xcloak:fault:panic", "1000", "3"], "internal error");
+        let words = [
+            "XCLOAK.ALLOW",
+            "xcloak:fault:panic",
+            "1000",
+            "3",
+            "COST",
+            "2",
+            "DETAILS",
+        ];
+        refused(
+            &mut conn,
+            if i % 2 == 0 { &words } else { &words[..4] },
+            "internal error",
+        );
+        refused(
+            &mut conn,
+            &["XCLOAK.PEEK", "xcloak:fault:panic", "1000", "3"],
+            "internal error",
+        );
     }
     assert_eq!(call(&mut conn, &["XCLOAK.ALLOW", "fine", "1000", "3"]), Value::Int(1));
     server.stop();

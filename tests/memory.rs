@@ -35,7 +35,17 @@ fn add_call(out: &mut Vec<u8>, n: usize, fixed_now: i64) {
         // Client clock moving forward: trims of the NOW path, DETAILS over the range iterator.
         900..=998 => vec!["XCLOAK.ALLOW", &now_key, "50", "10", "NOW", &now, "DETAILS"],
         // Many entries in one millisecond: members past the compact form ("{t}:{k:010}").
-        _ => vec!["XCLOAK.ALLOW", &bulk_key, "500", "2002", "COST", "1001", "NOW", &bulk_now, "DETAILS"],
+        _ => vec![
+            "XCLOAK.ALLOW",
+            &bulk_key,
+            "500",
+            "2002",
+            "COST",
+            "1001",
+            "NOW",
+            &bulk_now,
+            "DETAILS",
+        ],
     };
     out.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
     for word in words {
@@ -64,7 +74,12 @@ fn millions_of_calls_leave_no_memory_behind() {
     let server = ServerConfig::default().arg("hz", "100").start();
     let mut conn = server.client();
     // Warm the server's own structures (client buffers, command table lookups).
-    let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("warm").arg(1).arg(1).query(&mut conn).unwrap();
+    let _: i64 = redis::cmd("XCLOAK.ALLOW")
+        .arg("warm")
+        .arg(1)
+        .arg(1)
+        .query(&mut conn)
+        .unwrap();
     assert!(eventually(Duration::from_secs(10), || dbsize(&mut conn) == 0));
     let baseline = used_memory(&mut conn);
 
@@ -90,8 +105,14 @@ fn millions_of_calls_leave_no_memory_behind() {
         }
     }
     let elapsed = started.elapsed();
-    let admitted: i64 = info_field(&mut conn, "xcloak", "xcloak_admitted").unwrap().parse().unwrap();
-    let rejected: i64 = info_field(&mut conn, "xcloak", "xcloak_rejected").unwrap().parse().unwrap();
+    let admitted: i64 = info_field(&mut conn, "xcloak", "xcloak_admitted")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let rejected: i64 = info_field(&mut conn, "xcloak", "xcloak_rejected")
+        .unwrap()
+        .parse()
+        .unwrap();
     let keys_at_end = dbsize(&mut conn);
 
     // Every window passes (TTL = last admission + window + 1 s), keys expire.
@@ -99,7 +120,9 @@ fn millions_of_calls_leave_no_memory_behind() {
     assert!(emptied, "DBSIZE stuck at {}", dbsize(&mut conn));
     // Let the server cron shrink its dictionaries, then compare.
     let tolerance = 256 * 1024;
-    let settled = eventually(Duration::from_secs(20), || used_memory(&mut conn) - baseline <= tolerance);
+    let settled = eventually(Duration::from_secs(20), || {
+        used_memory(&mut conn) - baseline <= tolerance
+    });
     let after = used_memory(&mut conn);
     eprintln!(
         "memory: {CALLS} calls in {:.1}s ({:.0} calls/s pipelined), admitted {admitted}, rejected {rejected}, \
@@ -108,9 +131,18 @@ fn millions_of_calls_leave_no_memory_behind() {
         CALLS as f64 / elapsed.as_secs_f64(),
         after - baseline
     );
-    assert!(admitted > 100_000 && rejected > 100_000, "the mix reaches both outcomes");
-    assert!(keys_at_end >= 100 && peak > baseline, "the load did hold memory: {keys_at_end} keys, peak {peak}, baseline {baseline}");
-    assert!(settled, "used_memory {after} B did not return to baseline {baseline} B (+{tolerance})");
+    assert!(
+        admitted > 100_000 && rejected > 100_000,
+        "the mix reaches both outcomes"
+    );
+    assert!(
+        keys_at_end >= 100 && peak > baseline,
+        "the load did hold memory: {keys_at_end} keys, peak {peak}, baseline {baseline}"
+    );
+    assert!(
+        settled,
+        "used_memory {after} B did not return to baseline {baseline} B (+{tolerance})"
+    );
 }
 
 #[test]
@@ -122,30 +154,74 @@ fn at_maxmemory_under_noeviction_allow_is_refused_and_peek_answers() {
     }
     // Some bulk so that half of the used memory is well below the dataset.
     for i in 0..200 {
-        let _: () = redis::cmd("SET").arg(format!("filler:{i}")).arg("x".repeat(10_000)).query(&mut conn).unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(format!("filler:{i}"))
+            .arg("x".repeat(10_000))
+            .query(&mut conn)
+            .unwrap();
     }
     let used = used_memory(&mut conn);
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used / 2).query(&mut conn).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used / 2)
+        .query(&mut conn)
+        .unwrap();
     let before = digest(&mut conn);
 
     for cmd in [
-        redis::cmd("XCLOAK.ALLOW").arg("rl:a").arg(86_400_000).arg(5).arg("NOW").arg(1_700_000_000_010i64).clone(),
+        redis::cmd("XCLOAK.ALLOW")
+            .arg("rl:a")
+            .arg(86_400_000)
+            .arg(5)
+            .arg("NOW")
+            .arg(1_700_000_000_010i64)
+            .clone(),
         redis::cmd("XCLOAK.ALLOW").arg("rl:new").arg(1000).arg(5).clone(),
-        redis::cmd("XCLOAK.ALLOW").arg("rl:a").arg(86_400_000).arg(5).arg("COST").arg(2).arg("DETAILS").clone(),
+        redis::cmd("XCLOAK.ALLOW")
+            .arg("rl:a")
+            .arg(86_400_000)
+            .arg(5)
+            .arg("COST")
+            .arg(2)
+            .arg("DETAILS")
+            .clone(),
     ] {
-        let err = cmd.query::<Value>(&mut conn).expect_err("ALLOW must be refused at maxmemory");
+        let err = cmd
+            .query::<Value>(&mut conn)
+            .expect_err("ALLOW must be refused at maxmemory");
         assert_eq!(err.code(), Some("OOM"), "{err}");
         assert!(err.to_string().contains("maxmemory"), "{err}");
     }
     assert_eq!(digest(&mut conn), before, "a refused ALLOW wrote something");
 
-    let seen: Vec<i64> = redis::cmd("XCLOAK.PEEK").arg("rl:a").arg(86_400_000).arg(5).arg("NOW").arg(1_700_000_000_010i64).query(&mut conn).unwrap();
+    let seen: Vec<i64> = redis::cmd("XCLOAK.PEEK")
+        .arg("rl:a")
+        .arg(86_400_000)
+        .arg(5)
+        .arg("NOW")
+        .arg(1_700_000_000_010i64)
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(seen, [1, 5, 2, 0, 86_400_000 - 8], "PEEK answers at maxmemory");
     assert_eq!(digest(&mut conn), before);
 
     // Memory back: ALLOW works again, from the intact window.
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut conn).unwrap();
-    let seen: Vec<i64> = redis::cmd("XCLOAK.ALLOW").arg("rl:a").arg(86_400_000).arg(5).arg("NOW").arg(1_700_000_000_010i64).arg("DETAILS").query(&mut conn).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    let seen: Vec<i64> = redis::cmd("XCLOAK.ALLOW")
+        .arg("rl:a")
+        .arg(86_400_000)
+        .arg(5)
+        .arg("NOW")
+        .arg(1_700_000_000_010i64)
+        .arg("DETAILS")
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(&seen[..3], &[1, 5, 1]);
 }
 
@@ -157,18 +233,33 @@ fn under_allkeys_lru_an_evicted_window_is_a_reset() {
     let server = ServerConfig::default().arg("maxmemory-policy", "allkeys-lru").start();
     let mut conn = server.client();
     for t in 0..5 {
-        assert_eq!(allow_at(&mut conn, "rl:victim", 86_400_000, 5, 1_700_000_000_000 + t), 1);
+        assert_eq!(
+            allow_at(&mut conn, "rl:victim", 86_400_000, 5, 1_700_000_000_000 + t),
+            1
+        );
     }
-    assert_eq!(allow_at(&mut conn, "rl:victim", 86_400_000, 5, 1_700_000_000_005), 0, "full");
+    assert_eq!(
+        allow_at(&mut conn, "rl:victim", 86_400_000, 5, 1_700_000_000_005),
+        0,
+        "full"
+    );
     let used = used_memory(&mut conn);
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used + 2_000_000).query(&mut conn).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used + 2_000_000)
+        .query(&mut conn)
+        .unwrap();
 
     // Newer keys push memory over the limit until the untouched window is evicted.
     let mut evicted = false;
     for batch in 0..200 {
         let mut pipe = redis::pipe();
         for i in 0..500 {
-            pipe.cmd("SET").arg(format!("filler:{batch}:{i}")).arg("x".repeat(1000)).ignore();
+            pipe.cmd("SET")
+                .arg(format!("filler:{batch}:{i}"))
+                .arg("x".repeat(1000))
+                .ignore();
         }
         let _: () = pipe.query(&mut conn).unwrap();
         let exists: i64 = redis::cmd("EXISTS").arg("rl:victim").query(&mut conn).unwrap();
@@ -181,5 +272,9 @@ fn under_allkeys_lru_an_evicted_window_is_a_reset() {
     let evictions: i64 = info_field(&mut conn, "stats", "evicted_keys").unwrap().parse().unwrap();
     assert!(evictions > 0);
     // The window is gone: the same caller is admitted again at once.
-    assert_eq!(allow_at(&mut conn, "rl:victim", 86_400_000, 5, 1_700_000_000_006), 1, "evicted = reset");
+    assert_eq!(
+        allow_at(&mut conn, "rl:victim", 86_400_000, 5, 1_700_000_000_006),
+        1,
+        "evicted = reset"
+    );
 }

@@ -38,7 +38,10 @@ fn items(value: &Value) -> &[Value] {
 
 /// A flat `[name, value, name, value...]` array (RESP2 maps) as a lookup.
 fn field<'a>(value: &'a Value, name: &str) -> Option<&'a Value> {
-    items(value).chunks(2).find(|pair| text(&pair[0]) == name).map(|pair| &pair[1])
+    items(value)
+        .chunks(2)
+        .find(|pair| text(&pair[0]) == name)
+        .map(|pair| &pair[1])
 }
 
 fn command_info(conn: &mut Connection, name: &str) -> Vec<Value> {
@@ -51,42 +54,75 @@ fn command_info_flags_arity_keys_and_key_specs() {
     let server = Server::start();
     let mut conn = server.client();
     for (name, flags, not_flags, categories, key_flags) in [
-        ("xcloak.allow", &["write", "denyoom", "fast"][..], "readonly", ["@write", "@fast"], &["RW", "access", "update"][..]),
-        ("xcloak.peek", &["readonly", "fast"][..], "write", ["@read", "@fast"], &["RO", "access"][..]),
+        (
+            "xcloak.allow",
+            &["write", "denyoom", "fast"][..],
+            "readonly",
+            ["@write", "@fast"],
+            &["RW", "access", "update"][..],
+        ),
+        (
+            "xcloak.peek",
+            &["readonly", "fast"][..],
+            "write",
+            ["@read", "@fast"],
+            &["RO", "access"][..],
+        ),
     ] {
         let info = command_info(&mut conn, name);
         assert_eq!(text(&info[0]), name);
         let got_flags = texts(&info[2]);
         for &flag in flags {
-            assert!(got_flags.contains(&flag.to_string()), "{name}: {got_flags:?} lacks {flag}");
+            assert!(
+                got_flags.contains(&flag.to_string()),
+                "{name}: {got_flags:?} lacks {flag}"
+            );
         }
         assert!(!got_flags.contains(&not_flags.to_string()), "{name}: {got_flags:?}");
         assert!(!got_flags.contains(&"denyoom".to_string()) || name == "xcloak.allow");
-        assert_eq!((int(&info[3]), int(&info[4]), int(&info[5])), (1, 1, 1), "{name}: key positions");
+        assert_eq!(
+            (int(&info[3]), int(&info[4]), int(&info[5])),
+            (1, 1, 1),
+            "{name}: key positions"
+        );
         if !at_least_7_0() {
             // 6.2: 7 elements (no tips, key specs, subcommands), no ACL
             // category, arity unknown to the server (-1).
             assert_eq!(info.len(), 7, "{name}: {info:?}");
             assert!(texts(&info[6]).is_empty(), "{name}: {info:?}");
-            assert_eq!(int(&info[1]), -1, "{name}: 6.2 has no SetCommandInfo to declare the arity");
+            assert_eq!(
+                int(&info[1]),
+                -1,
+                "{name}: 6.2 has no SetCommandInfo to declare the arity"
+            );
             continue;
         }
         assert_eq!(int(&info[1]), -4, "{name}: arity");
-        let expected_categories: Vec<String> =
-            if at_least_7_2() { categories.iter().map(|c| c.to_string()).collect() } else { vec![] };
+        let expected_categories: Vec<String> = if at_least_7_2() {
+            categories.iter().map(|c| c.to_string()).collect()
+        } else {
+            vec![]
+        };
         assert_eq!(texts(&info[6]), expected_categories, "{name}: ACL categories");
         assert_eq!(texts(&info[7]), ["nondeterministic_output"], "{name}: tips");
         let specs = items(&info[8]);
         assert_eq!(specs.len(), 1, "{name}: one key spec");
         let spec = &specs[0];
-        assert_eq!(texts(field(spec, "flags").unwrap()), key_flags, "{name}: key spec flags");
+        assert_eq!(
+            texts(field(spec, "flags").unwrap()),
+            key_flags,
+            "{name}: key spec flags"
+        );
         let begin = field(spec, "begin_search").unwrap();
         assert_eq!(text(field(begin, "type").unwrap()), "index");
         assert_eq!(int(field(field(begin, "spec").unwrap(), "index").unwrap()), 1);
         let find = field(spec, "find_keys").unwrap();
         assert_eq!(text(field(find, "type").unwrap()), "range");
         let range = field(find, "spec").unwrap();
-        let range: Vec<i64> = ["lastkey", "keystep", "limit"].iter().map(|f| int(field(range, f).unwrap())).collect();
+        let range: Vec<i64> = ["lastkey", "keystep", "limit"]
+            .iter()
+            .map(|f| int(field(range, f).unwrap()))
+            .collect();
         assert_eq!(range, [0, 1, 0], "{name}: find_keys range");
     }
 }
@@ -99,20 +135,43 @@ fn refund_command_info_and_docs() {
     let mut conn = server.client();
     let info = command_info(&mut conn, "xcloak.refund");
     let flags = texts(&info[2]);
-    assert!(flags.contains(&"write".to_string()) && flags.contains(&"fast".to_string()), "{flags:?}");
+    assert!(
+        flags.contains(&"write".to_string()) && flags.contains(&"fast".to_string()),
+        "{flags:?}"
+    );
     assert!(!flags.contains(&"denyoom".to_string()), "{flags:?}");
-    assert_eq!((int(&info[3]), int(&info[4]), int(&info[5])), (1, 1, 1), "key positions");
-    let keys: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg(&["XCLOAK.REFUND", "rl:a", "5", "COST", "2"]).query(&mut conn).unwrap();
+    assert_eq!(
+        (int(&info[3]), int(&info[4]), int(&info[5])),
+        (1, 1, 1),
+        "key positions"
+    );
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(&["XCLOAK.REFUND", "rl:a", "5", "COST", "2"])
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(keys, ["rl:a"]);
     if !at_least_7_0() {
         return;
     }
     assert_eq!(int(&info[1]), -3, "arity");
-    let expected_categories: Vec<String> = if at_least_7_2() { vec!["@write".into(), "@fast".into()] } else { vec![] };
+    let expected_categories: Vec<String> = if at_least_7_2() {
+        vec!["@write".into(), "@fast".into()]
+    } else {
+        vec![]
+    };
     assert_eq!(texts(&info[6]), expected_categories, "ACL categories");
     let specs = items(&info[8]);
-    assert_eq!(texts(field(&specs[0], "flags").unwrap()), ["RW", "delete"], "key spec flags");
-    let reply: Value = redis::cmd("COMMAND").arg("DOCS").arg("xcloak.refund").query(&mut conn).unwrap();
+    assert_eq!(
+        texts(field(&specs[0], "flags").unwrap()),
+        ["RW", "delete"],
+        "key spec flags"
+    );
+    let reply: Value = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .arg("xcloak.refund")
+        .query(&mut conn)
+        .unwrap();
     let docs = field(&reply, "xcloak.refund").expect("docs");
     assert!(text(field(docs, "summary").unwrap()).contains("removes up to COST entries stamped exactly stamp"));
     let arg = |name: &str, kind: &str, token: Option<&str>, optional: bool| {
@@ -120,7 +179,11 @@ fn refund_command_info_and_docs() {
     };
     assert_eq!(
         documented_arguments(docs),
-        [arg("key", "key", None, false), arg("stamp", "integer", None, false), arg("cost", "integer", Some("COST"), true)]
+        [
+            arg("key", "key", None, false),
+            arg("stamp", "integer", None, false),
+            arg("cost", "integer", Some("COST"), true)
+        ]
     );
 }
 
@@ -144,11 +207,18 @@ fn documented_arguments(docs: &Value) -> Vec<(String, String, Option<String>, bo
 fn command_docs_on_7_0_and_their_absence_on_6_2() {
     let server = Server::start();
     let mut conn = server.client();
-    let reply = redis::cmd("COMMAND").arg("DOCS").arg("xcloak.allow").arg("xcloak.peek").query::<Value>(&mut conn);
+    let reply = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .arg("xcloak.allow")
+        .arg("xcloak.peek")
+        .query::<Value>(&mut conn);
     if !at_least_7_0() {
         let err = reply.unwrap_err();
         assert_eq!(err.code(), Some("ERR"));
-        assert!(err.detail().unwrap().to_lowercase().contains("unknown subcommand"), "{err}");
+        assert!(
+            err.detail().unwrap().to_lowercase().contains("unknown subcommand"),
+            "{err}"
+        );
         return;
     }
     let reply = reply.unwrap();
@@ -168,7 +238,10 @@ fn command_docs_on_7_0_and_their_absence_on_6_2() {
         assert_eq!(text(field(docs, "since").unwrap()), "0.1.0");
         assert_eq!(text(field(docs, "group").unwrap()), "module");
         assert_eq!(text(field(docs, "module").unwrap()), "xcloak");
-        assert!(text(field(docs, "complexity").unwrap()).starts_with("O(log(N) + "), "{name}");
+        assert!(
+            text(field(docs, "complexity").unwrap()).starts_with("O(log(N) + "),
+            "{name}"
+        );
         let summary = text(field(docs, "summary").unwrap());
         assert!(summary.contains("retry_after_ms"), "{name}: {summary}");
         let mut expected = common.clone();
@@ -186,12 +259,22 @@ fn command_docs_on_7_0_and_their_absence_on_6_2() {
         // TIER is a repeatable block, its token repeated each time
         // (`[TIER window limit [TIER window limit ...]]` in redis-cli hints).
         let tier = &items(field(docs, "arguments").unwrap())[3];
-        assert_eq!(texts(field(tier, "flags").unwrap()), ["optional", "multiple", "multiple_token"], "{name}");
+        assert_eq!(
+            texts(field(tier, "flags").unwrap()),
+            ["optional", "multiple", "multiple_token"],
+            "{name}"
+        );
         let inside: Vec<(String, String)> = items(field(tier, "arguments").expect("TIER's arguments"))
             .iter()
             .map(|arg| (text(field(arg, "name").unwrap()), text(field(arg, "type").unwrap())))
             .collect();
-        assert_eq!(inside, [("window".to_string(), "integer".to_string()), ("limit".to_string(), "integer".to_string())]);
+        assert_eq!(
+            inside,
+            [
+                ("window".to_string(), "integer".to_string()),
+                ("limit".to_string(), "integer".to_string())
+            ]
+        );
     }
 }
 
@@ -207,7 +290,11 @@ fn command_getkeys_finds_the_key_whatever_the_options() {
         "XCLOAK.ALLOW user:1 1000 5 TIER 60000 50 TIER 10 1 DETAILS",
         "XCLOAK.PEEK user:1 1000 5 TIER 60000 50",
     ] {
-        let keys: Vec<String> = redis::cmd("COMMAND").arg("GETKEYS").arg(line.split(' ').collect::<Vec<_>>()).query(&mut conn).unwrap();
+        let keys: Vec<String> = redis::cmd("COMMAND")
+            .arg("GETKEYS")
+            .arg(line.split(' ').collect::<Vec<_>>())
+            .query(&mut conn)
+            .unwrap();
         assert_eq!(keys, ["user:1"], "{line}");
     }
 }
@@ -217,7 +304,15 @@ fn acl_key_patterns_apply_to_the_key_argument() {
     let server = Server::start();
     let mut admin = server.client();
     let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", "limiter", "on", ">pw", "~rl:*", "+xcloak.allow", "+xcloak.peek"])
+        .arg(&[
+            "SETUSER",
+            "limiter",
+            "on",
+            ">pw",
+            "~rl:*",
+            "+xcloak.allow",
+            "+xcloak.peek",
+        ])
         .query(&mut admin)
         .unwrap();
     let mut limiter = redis::Client::open(format!("redis://limiter:pw@127.0.0.1:{}/", server.port))
@@ -225,10 +320,22 @@ fn acl_key_patterns_apply_to_the_key_argument() {
         .get_connection()
         .unwrap();
     assert_eq!(allow_at(&mut limiter, "rl:a", 1000, 5, 100), 1);
-    let peeked: Vec<i64> = redis::cmd("XCLOAK.PEEK").arg("rl:a").arg(1000).arg(5).arg("NOW").arg(100).query(&mut limiter).unwrap();
+    let peeked: Vec<i64> = redis::cmd("XCLOAK.PEEK")
+        .arg("rl:a")
+        .arg(1000)
+        .arg(5)
+        .arg("NOW")
+        .arg(100)
+        .query(&mut limiter)
+        .unwrap();
     assert_eq!(peeked, [1, 5, 4, 0, 1000]);
     for command in ["XCLOAK.ALLOW", "XCLOAK.PEEK"] {
-        let err = redis::cmd(command).arg("other:a").arg(1000).arg(5).query::<Value>(&mut limiter).unwrap_err();
+        let err = redis::cmd(command)
+            .arg("other:a")
+            .arg(1000)
+            .arg(5)
+            .query::<Value>(&mut limiter)
+            .unwrap_err();
         assert_eq!(err.code(), Some("NOPERM"), "{command}: {err}");
     }
     let exists: i64 = redis::cmd("EXISTS").arg("other:a").query(&mut admin).unwrap();
@@ -265,7 +372,12 @@ fn info_xcloak_counts_a_known_sequence() {
         run(&mut conn, "XCLOAK.PEEK k 1000 2 NOW 1000").unwrap();
     }
     let _: () = redis::cmd("SET").arg("s").arg("v").query(&mut conn).unwrap();
-    for bad in ["XCLOAK.ALLOW k 0 2", "XCLOAK.PEEK k 1000 2 BAD", "XCLOAK.ALLOW s 1000 1", "XCLOAK.PEEK s 1000 1"] {
+    for bad in [
+        "XCLOAK.ALLOW k 0 2",
+        "XCLOAK.PEEK k 1000 2 BAD",
+        "XCLOAK.ALLOW s 1000 1",
+        "XCLOAK.PEEK s 1000 1",
+    ] {
         assert!(run(&mut conn, bad).is_err(), "{bad}");
     }
     // Arity: on 7.0+ the server refuses it from the declared arity before
@@ -281,7 +393,10 @@ fn info_xcloak_counts_a_known_sequence() {
     // The section is in `INFO xcloak`, `INFO modules` and `INFO everything`.
     for section in ["modules", "everything"] {
         let text: String = redis::cmd("INFO").arg(section).query(&mut conn).unwrap();
-        assert!(text.contains("# xcloak_stats") && text.contains("xcloak_admitted:3"), "INFO {section}");
+        assert!(
+            text.contains("# xcloak_stats") && text.contains("xcloak_admitted:3"),
+            "INFO {section}"
+        );
     }
 }
 
@@ -292,7 +407,13 @@ fn info_xcloak_counts_a_known_sequence() {
 #[test]
 fn version_in_module_list_info_and_log() {
     let version = env!("CARGO_PKG_VERSION");
-    let numbers: Vec<i64> = version.split(['-', '+']).next().unwrap().split('.').map(|n| n.parse().unwrap()).collect();
+    let numbers: Vec<i64> = version
+        .split(['-', '+'])
+        .next()
+        .unwrap()
+        .split('.')
+        .map(|n| n.parse().unwrap())
+        .collect();
     let encoded = numbers[0] * 10000 + numbers[1] * 100 + numbers[2];
 
     let server = Server::start();
@@ -304,10 +425,16 @@ fn version_in_module_list_info_and_log() {
         .unwrap_or_else(|| panic!("MODULE LIST has no xcloak: {modules:?}"));
     assert_eq!(field(xcloak, "ver").map(int), Some(encoded), "MODULE LIST: {xcloak:?}");
 
-    assert_eq!(info_field(&mut conn, "xcloak", "xcloak_version").as_deref(), Some(version));
+    assert_eq!(
+        info_field(&mut conn, "xcloak", "xcloak_version").as_deref(),
+        Some(version)
+    );
     let log = server.log();
     let load_line = format!("<xcloak> version {version} loaded");
-    assert!(log.lines().any(|line| line.ends_with(&load_line)), "no line '{load_line}' in the log:\n{log}");
+    assert!(
+        log.lines().any(|line| line.ends_with(&load_line)),
+        "no line '{load_line}' in the log:\n{log}"
+    );
 }
 
 fn limit_error(conn: &mut Connection, limit: i64) -> Option<String> {
@@ -321,7 +448,11 @@ fn limit_error(conn: &mut Connection, limit: i64) -> Option<String> {
 }
 
 fn config_get(conn: &mut Connection) -> Vec<String> {
-    redis::cmd("CONFIG").arg("GET").arg("xcloak.max-limit").query(conn).unwrap()
+    redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("xcloak.max-limit")
+        .query(conn)
+        .unwrap()
 }
 
 #[test]
@@ -329,7 +460,11 @@ fn config_set_bounds_the_limit() {
     let server = Server::start();
     let mut conn = server.client();
     let set = |conn: &mut Connection, value: &str| -> redis::RedisResult<()> {
-        redis::cmd("CONFIG").arg("SET").arg("xcloak.max-limit").arg(value).query(conn)
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("xcloak.max-limit")
+            .arg(value)
+            .query(conn)
     };
     if !at_least_7_0() {
         // 6.2 has no module configs: only the load argument exists.
@@ -344,7 +479,10 @@ fn config_set_bounds_the_limit() {
     assert_eq!(config_get(&mut conn), ["xcloak.max-limit", "50"]);
     assert_eq!(stat(&mut conn, "max_limit"), 50);
     assert_eq!(limit_error(&mut conn, 50), None);
-    assert_eq!(limit_error(&mut conn, 51).as_deref(), Some("ERR limit must be an integer from 0 to 50"));
+    assert_eq!(
+        limit_error(&mut conn, 51).as_deref(),
+        Some("ERR limit must be an integer from 0 to 50")
+    );
     // Out of range: refused by the server, value unchanged.
     for bad in ["0", "-1", "1000000001", "abc"] {
         let err = set(&mut conn, bad).unwrap_err();
@@ -362,40 +500,73 @@ fn max_limit_load_argument_and_which_setting_wins() {
     let server = ServerConfig::default().module_args(&["MAX-LIMIT", "20"]).start();
     let mut conn = server.client();
     assert_eq!(limit_error(&mut conn, 20), None);
-    assert_eq!(limit_error(&mut conn, 21).as_deref(), Some("ERR limit must be an integer from 0 to 20"));
+    assert_eq!(
+        limit_error(&mut conn, 21).as_deref(),
+        Some("ERR limit must be an integer from 0 to 20")
+    );
     assert_eq!(stat(&mut conn, "max_limit"), 20);
     if !at_least_7_0() {
         return;
     }
-    assert_eq!(config_get(&mut conn), ["xcloak.max-limit", "20"], "MAX-LIMIT is the config's default");
+    assert_eq!(
+        config_get(&mut conn),
+        ["xcloak.max-limit", "20"],
+        "MAX-LIMIT is the config's default"
+    );
     drop(conn);
     drop(server);
 
     // A config value (config file / command line / MODULE LOADEX CONFIG) is
     // applied after the load argument and wins: what CONFIG REWRITE persists
     // survives a restart with the same loadmodule line.
-    let server = ServerConfig::default().module_args(&["MAX-LIMIT", "9"]).arg("xcloak.max-limit", "7").start();
+    let server = ServerConfig::default()
+        .module_args(&["MAX-LIMIT", "9"])
+        .arg("xcloak.max-limit", "7")
+        .start();
     let mut conn = server.client();
     assert_eq!(config_get(&mut conn), ["xcloak.max-limit", "7"]);
     assert_eq!(limit_error(&mut conn, 7), None);
-    assert_eq!(limit_error(&mut conn, 8).as_deref(), Some("ERR limit must be an integer from 0 to 7"));
+    assert_eq!(
+        limit_error(&mut conn, 8).as_deref(),
+        Some("ERR limit must be an integer from 0 to 7")
+    );
 }
 
 #[test]
 fn out_of_range_settings_refuse_the_load() {
     for (args, message) in [
-        (&["MAX-LIMIT", "0"][..], "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000"),
-        (&["MAX-LIMIT", "1000000001"], "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000"),
-        (&["MAX-LIMIT", "ten"], "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000"),
-        (&["MAX-LIMIT"], "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000"),
-        (&["MAX-LIMIT", "5", "MAX-LIMIT", "6"], "xcloak: refusing to load: MAX-LIMIT is given more than once"),
-        (&["LIMIT", "5"], "xcloak: refusing to load: unknown load argument 'LIMIT' (expected MAX-LIMIT n or STORAGE zset|compact)"),
+        (
+            &["MAX-LIMIT", "0"][..],
+            "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000",
+        ),
+        (
+            &["MAX-LIMIT", "1000000001"],
+            "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000",
+        ),
+        (
+            &["MAX-LIMIT", "ten"],
+            "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000",
+        ),
+        (
+            &["MAX-LIMIT"],
+            "xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000",
+        ),
+        (
+            &["MAX-LIMIT", "5", "MAX-LIMIT", "6"],
+            "xcloak: refusing to load: MAX-LIMIT is given more than once",
+        ),
+        (
+            &["LIMIT", "5"],
+            "xcloak: refusing to load: unknown load argument 'LIMIT' (expected MAX-LIMIT n or STORAGE zset|compact)",
+        ),
     ] {
         let log = ServerConfig::default().module_args(args).start_expecting_exit();
         assert!(log.contains(message), "{args:?}: no {message:?} in\n{log}");
     }
     if at_least_7_0() {
-        let log = ServerConfig::default().arg("xcloak.max-limit", "0").start_expecting_exit();
+        let log = ServerConfig::default()
+            .arg("xcloak.max-limit", "0")
+            .start_expecting_exit();
         let message = "xcloak: refusing to load: xcloak.max-limit or xcloak.storage from the configuration is invalid";
         assert!(log.contains(message), "no {message:?} in\n{log}");
     }
@@ -414,26 +585,55 @@ fn module_load_at_runtime_refuses_bad_arguments() {
         redis::cmd("MODULE").arg("LOAD").arg(&path).arg(args).query(conn)
     };
     assert!(load(&mut conn, &["MAX-LIMIT", "0"]).is_err());
-    let info: Value = redis::cmd("COMMAND").arg("INFO").arg("xcloak.allow").query(&mut conn).unwrap();
+    let info: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("xcloak.allow")
+        .query(&mut conn)
+        .unwrap();
     assert_eq!(items(&info), [Value::Nil], "a refused load leaves no command behind");
-    assert!(server.log().contains("xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000"));
+    assert!(server
+        .log()
+        .contains("xcloak: refusing to load: MAX-LIMIT must be an integer from 1 to 1000000000"));
 
     load(&mut conn, &["MAX-LIMIT", "12"]).unwrap();
     assert_eq!(limit_error(&mut conn, 12), None);
-    assert_eq!(limit_error(&mut conn, 13).as_deref(), Some("ERR limit must be an integer from 0 to 12"));
+    assert_eq!(
+        limit_error(&mut conn, 13).as_deref(),
+        Some("ERR limit must be an integer from 0 to 12")
+    );
     if at_least_7_0() {
         // Loaded after startup, the command metadata is there too.
         assert_eq!(int(&command_info(&mut conn, "xcloak.allow")[1]), -4);
         // Unloading frees nothing of the module's (the server copied the
         // docs), and MODULE LOADEX's CONFIG wins over the load argument.
-        let _: () = redis::cmd("MODULE").arg("UNLOAD").arg("xcloak").query(&mut conn).unwrap();
         let _: () = redis::cmd("MODULE")
-            .arg(&["LOADEX", &path, "CONFIG", "xcloak.max-limit", "33", "ARGS", "MAX-LIMIT", "44"])
+            .arg("UNLOAD")
+            .arg("xcloak")
+            .query(&mut conn)
+            .unwrap();
+        let _: () = redis::cmd("MODULE")
+            .arg(&[
+                "LOADEX",
+                &path,
+                "CONFIG",
+                "xcloak.max-limit",
+                "33",
+                "ARGS",
+                "MAX-LIMIT",
+                "44",
+            ])
             .query(&mut conn)
             .unwrap();
         assert_eq!(config_get(&mut conn), ["xcloak.max-limit", "33"]);
-        assert_eq!(limit_error(&mut conn, 34).as_deref(), Some("ERR limit must be an integer from 0 to 33"));
-        let docs: Value = redis::cmd("COMMAND").arg("DOCS").arg("xcloak.peek").query(&mut conn).unwrap();
+        assert_eq!(
+            limit_error(&mut conn, 34).as_deref(),
+            Some("ERR limit must be an integer from 0 to 33")
+        );
+        let docs: Value = redis::cmd("COMMAND")
+            .arg("DOCS")
+            .arg("xcloak.peek")
+            .query(&mut conn)
+            .unwrap();
         assert!(field(&docs, "xcloak.peek").is_some(), "docs after a reload: {docs:?}");
     }
 }

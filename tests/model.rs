@@ -54,7 +54,10 @@ impl Model {
         let longest = tiers.iter().map(|&(window, _)| window).max().unwrap();
         self.stamps.retain(|&s| s > now - longest);
         let before: Vec<Vec<i64>> = tiers.iter().map(|&(window, _)| self.live(window, now)).collect();
-        let allowed = tiers.iter().zip(&before).all(|(&(_, limit), live)| live.len() as i64 + cost <= limit);
+        let allowed = tiers
+            .iter()
+            .zip(&before)
+            .all(|(&(_, limit), live)| live.len() as i64 + cost <= limit);
         if allowed {
             self.stamps.extend(std::iter::repeat_n(now, cost as usize));
             self.stamps.sort_unstable();
@@ -74,7 +77,10 @@ impl Model {
 
     fn peek(&self, tiers: &[(i64, i64)], cost: i64, now: i64) -> Expected {
         let live: Vec<Vec<i64>> = tiers.iter().map(|&(window, _)| self.live(window, now)).collect();
-        let allowed = tiers.iter().zip(&live).all(|(&(_, limit), live)| live.len() as i64 + cost <= limit);
+        let allowed = tiers
+            .iter()
+            .zip(&live)
+            .all(|(&(_, limit), live)| live.len() as i64 + cost <= limit);
         reply(tiers, &live, &live, allowed, cost, now)
     }
 
@@ -86,7 +92,14 @@ impl Model {
 
 /// The reply as issues 3 and 12 define it, from each tier's live entries
 /// before and after the call.
-fn reply(tiers: &[(i64, i64)], before: &[Vec<i64>], after: &[Vec<i64>], allowed: bool, cost: i64, now: i64) -> Expected {
+fn reply(
+    tiers: &[(i64, i64)],
+    before: &[Vec<i64>],
+    after: &[Vec<i64>],
+    allowed: bool,
+    cost: i64,
+    now: i64,
+) -> Expected {
     let mut fields = Vec::new();
     let mut violated = Vec::new();
     for (i, &(window, limit)) in tiers.iter().enumerate() {
@@ -111,17 +124,28 @@ fn reply(tiers: &[(i64, i64)], before: &[Vec<i64>], after: &[Vec<i64>], allowed:
         (0..tiers.len()).min_by_key(|&i| (fields[i][2], i)).unwrap()
     } else {
         let wait = |i: usize| if fields[i][3] == -1 { i64::MAX } else { fields[i][3] };
-        (0..tiers.len()).filter(|&i| violated[i]).max_by_key(|&i| (wait(i), std::cmp::Reverse(i))).unwrap()
+        (0..tiers.len())
+            .filter(|&i| violated[i])
+            .max_by_key(|&i| (wait(i), std::cmp::Reverse(i)))
+            .unwrap()
     };
     let b = fields[binding];
     let tiers = if tiers.len() > 1 { fields } else { Vec::new() };
-    Expected { five: [allowed as i64, b[1], b[2], b[3], b[4]], tiers, stamp: None }
+    Expected {
+        five: [allowed as i64, b[1], b[2], b[3], b[4]],
+        tiers,
+        stamp: None,
+    }
 }
 
 /// The binding tier's window: the first tier whose fields are the reply's
 /// five (docs/clients.md, "The binding tier"), tier 0 without `TIER`.
 fn binding_window(expected: &Expected, tiers: &[(i64, i64)]) -> i64 {
-    let index = expected.tiers.iter().position(|t| t[1..] == expected.five[1..]).unwrap_or(0);
+    let index = expected
+        .tiers
+        .iter()
+        .position(|t| t[1..] == expected.five[1..])
+        .unwrap_or(0);
     tiers[index].0
 }
 
@@ -129,7 +153,9 @@ fn binding_window(expected: &Expected, tiers: &[(i64, i64)]) -> i64 {
 /// any, then the stamp if `stamped`.
 fn parse_details(value: &redis::Value, stamped: bool) -> Result<Expected, TestCaseError> {
     let fail = |what: &str| TestCaseError::fail(format!("{what}: {value:?}"));
-    let redis::Value::Array(items) = value else { return Err(fail("not an array")) };
+    let redis::Value::Array(items) = value else {
+        return Err(fail("not an array"));
+    };
     let (items, stamp) = match (stamped, items.split_last()) {
         (true, Some((redis::Value::Int(stamp), rest))) => (rest, Some(*stamp)),
         (true, _) => return Err(fail("no stamp last")),
@@ -138,7 +164,13 @@ fn parse_details(value: &redis::Value, stamped: bool) -> Result<Expected, TestCa
     if items.len() != 5 && items.len() != 6 {
         return Err(fail("not 5 or 6 elements"));
     }
-    let int = |v: &redis::Value| if let redis::Value::Int(n) = v { Ok(*n) } else { Err(fail("not an integer")) };
+    let int = |v: &redis::Value| {
+        if let redis::Value::Int(n) = v {
+            Ok(*n)
+        } else {
+            Err(fail("not an integer"))
+        }
+    };
     let mut five = [0; 5];
     for (field, item) in five.iter_mut().zip(items) {
         *field = int(item)?;
@@ -146,7 +178,9 @@ fn parse_details(value: &redis::Value, stamped: bool) -> Result<Expected, TestCa
     let mut tiers = Vec::new();
     if let Some(redis::Value::Array(list)) = items.get(5) {
         for tier in list {
-            let redis::Value::Array(fields) = tier else { return Err(fail("a tier is not an array")) };
+            let redis::Value::Array(fields) = tier else {
+                return Err(fail("a tier is not an array"));
+            };
             let fields: Vec<i64> = fields.iter().map(int).collect::<Result<_, _>>()?;
             tiers.push(<TierFields>::try_from(fields).map_err(|_| fail("a tier is not 5 integers"))?);
         }
@@ -183,7 +217,11 @@ fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result
         if let Some(stamp) = refund_stamp {
             prop_assert_eq!(integer(&got)?, model.refund(stamp, cost), "{}", context);
         } else {
-            let mut expected = if call.peek { model.peek(tiers, cost, now) } else { model.allow(tiers, cost, now) };
+            let mut expected = if call.peek {
+                model.peek(tiers, cost, now)
+            } else {
+                model.allow(tiers, cost, now)
+            };
             if call.stamp && !call.peek {
                 expected.stamp = Some(if expected.five[0] == 1 { now } else { -1 });
             }
@@ -194,7 +232,12 @@ fn check(conn: &mut redis::Connection, key: &str, sequence: &Sequence) -> Result
                 let trailing = (call.stamp && !call.peek) || (call.oldest && call.peek);
                 prop_assert_eq!(parse_details(&got, trailing)?, expected, "{}", context);
             } else {
-                prop_assert_eq!(integer(&got)?, expected.stamp.unwrap_or(expected.five[0]), "{}", context);
+                prop_assert_eq!(
+                    integer(&got)?,
+                    expected.stamp.unwrap_or(expected.five[0]),
+                    "{}",
+                    context
+                );
             }
         }
         let stored = stored_stamps(conn, key);
@@ -218,9 +261,17 @@ fn compact_windows_match_the_reference_model() {
 fn run_model(server: Server, form: &str) {
     let mut probe = server.client();
     assert_eq!(allow_at(&mut probe, "model:form", 1000, 1, 1_700_000_000_000), 1);
-    assert_eq!(key_type(&mut probe, "model:form"), form, "the server creates keys of the form under test");
+    assert_eq!(
+        key_type(&mut probe, "model:form"),
+        form,
+        "the server creates keys of the form under test"
+    );
     let conn = std::cell::RefCell::new(server.client());
-    let mut runner = TestRunner::new(Config { cases: 128, failure_persistence: None, ..Config::default() });
+    let mut runner = TestRunner::new(Config {
+        cases: 128,
+        failure_persistence: None,
+        ..Config::default()
+    });
     let case = std::cell::Cell::new(0u64);
     let result = runner.run(&sequence(), |sequence| {
         case.set(case.get() + 1);
@@ -246,11 +297,22 @@ fn the_model_matches_hand_computed_fields() {
     assert_eq!(five(model.peek(&one(1000, 3), 4, 400)), [0, 3, 0, -1, 900]);
     assert_eq!(five(model.peek(&one(1000, 3), 1, 1100)), [1, 3, 1, 0, 200]);
     assert_eq!(model.stamps, [100, 200, 300], "PEEK does not trim");
-    assert_eq!(model.oldest(1000, 1100), 200, "100 has left the window at 1100, 200 starts it");
+    assert_eq!(
+        model.oldest(1000, 1100),
+        200,
+        "100 has left the window at 1100, 200 starts it"
+    );
     assert_eq!(model.oldest(500, 1100), -1, "nothing live in the last 500 ms");
-    assert_eq!(five(model.allow(&one(1000, 3), 2, 1100)), [0, 3, 1, 100, 200], "200 must leave for 2 to fit");
+    assert_eq!(
+        five(model.allow(&one(1000, 3), 2, 1100)),
+        [0, 3, 1, 100, 200],
+        "200 must leave for 2 to fit"
+    );
     assert_eq!(model.stamps, [200, 300], "ALLOW trims");
-    assert!(model.allow(&one(1000, 3), 1, 1100).tiers.is_empty(), "no per-tier array without TIER");
+    assert!(
+        model.allow(&one(1000, 3), 1, 1100).tiers.is_empty(),
+        "no per-tier array without TIER"
+    );
 
     // Two tiers, 2 per 100 ms and 3 per 1000 ms.
     let tiers = [(100, 2), (1000, 3)];
@@ -258,12 +320,30 @@ fn the_model_matches_hand_computed_fields() {
     model.allow(&tiers, 1, 0);
     model.allow(&tiers, 1, 10);
     let short_full = model.allow(&tiers, 1, 20);
-    assert_eq!(short_full, Expected { five: [0, 2, 0, 80, 90], tiers: vec![[100, 2, 0, 80, 90], [1000, 3, 1, 0, 990]], stamp: None });
+    assert_eq!(
+        short_full,
+        Expected {
+            five: [0, 2, 0, 80, 90],
+            tiers: vec![[100, 2, 0, 80, 90], [1000, 3, 1, 0, 990]],
+            stamp: None
+        }
+    );
     assert_eq!(model.stamps, [0, 10], "a rejection records nothing in any tier");
     let both_full = model.allow(&tiers, 1, 100);
-    assert_eq!(both_full.five, [1, 2, 0, 0, 100], "admitted, both at 0 remaining: the earliest binds");
+    assert_eq!(
+        both_full.five,
+        [1, 2, 0, 0, 100],
+        "admitted, both at 0 remaining: the earliest binds"
+    );
     let long_full = model.allow(&tiers, 1, 150);
-    assert_eq!(long_full, Expected { five: [0, 3, 0, 850, 950], tiers: vec![[100, 2, 1, 0, 50], [1000, 3, 0, 850, 950]], stamp: None });
+    assert_eq!(
+        long_full,
+        Expected {
+            five: [0, 3, 0, 850, 950],
+            tiers: vec![[100, 2, 1, 0, 50], [1000, 3, 0, 850, 950]],
+            stamp: None
+        }
+    );
     assert_eq!(model.stamps, [0, 10, 100], "trimmed by the longest window only");
     // Both violated: the longest wait binds; a limit below the cost (-1) binds over any wait.
     let both = model.peek(&[(200, 1), (1000, 3)], 1, 150);
@@ -291,12 +371,45 @@ fn large_windows_across_the_encoding_change() {
     let mut calls = Vec::new();
     for i in 0..140 {
         let step = if i % 10 == 0 { Step::Forward(7) } else { Step::Zero };
-        calls.push(Call { refund: None, stamp: false, peek: i % 3 == 0, oldest: i % 2 == 0, details: true, cost: Some(1 + i % 3), step, new_tiers: None });
+        calls.push(Call {
+            refund: None,
+            stamp: false,
+            peek: i % 3 == 0,
+            oldest: i % 2 == 0,
+            details: true,
+            cost: Some(1 + i % 3),
+            step,
+            new_tiers: None,
+        });
     }
-    calls.push(Call { refund: None, stamp: false, peek: false, oldest: false, details: true, cost: None, step: Step::Back(50), new_tiers: Some(vec![(10_000, 150)]) });
-    calls.push(Call { refund: None, stamp: false, peek: true, oldest: true, details: true, cost: Some(3), step: Step::WindowPlusOne(0), new_tiers: None });
-    let sequence = Sequence { tiers: vec![(10_000, 300), (20, 40), (1_000, 200)], calls };
+    calls.push(Call {
+        refund: None,
+        stamp: false,
+        peek: false,
+        oldest: false,
+        details: true,
+        cost: None,
+        step: Step::Back(50),
+        new_tiers: Some(vec![(10_000, 150)]),
+    });
+    calls.push(Call {
+        refund: None,
+        stamp: false,
+        peek: true,
+        oldest: true,
+        details: true,
+        cost: Some(3),
+        step: Step::WindowPlusOne(0),
+        new_tiers: None,
+    });
+    let sequence = Sequence {
+        tiers: vec![(10_000, 300), (20, 40), (1_000, 200)],
+        calls,
+    };
     check(&mut conn, "model:pinned", &sequence).unwrap();
     let card: usize = redis::cmd("ZCARD").arg("model:pinned").query(&mut conn).unwrap();
-    assert!(card > 128, "the pinned sequence must cross the listpack/skiplist boundary, got {card}");
+    assert!(
+        card > 128,
+        "the pinned sequence must cross the listpack/skiplist boundary, got {card}"
+    );
 }

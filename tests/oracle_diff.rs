@@ -70,7 +70,12 @@ impl Case {
         let w = self.window;
         let (mut now, mut limit) = (self.start, self.limit);
         let mut calls = Vec::new();
-        let mut push = |now: i64, limit: i64| calls.push(Call { now: now.clamp(0, MAX_EXACT_MS), limit });
+        let mut push = |now: i64, limit: i64| {
+            calls.push(Call {
+                now: now.clamp(0, MAX_EXACT_MS),
+                limit,
+            })
+        };
         for step in &self.steps {
             match *step {
                 Step::Same => {}
@@ -110,14 +115,7 @@ fn limits() -> impl Strategy<Value = i64> {
 }
 
 fn case_strategy() -> impl Strategy<Value = Case> {
-    let window = prop_oneof![
-        Just(1i64),
-        Just(2),
-        Just(1000),
-        Just(DAY_MS),
-        1..=1000i64,
-        1..=DAY_MS,
-    ];
+    let window = prop_oneof![Just(1i64), Just(2), Just(1000), Just(DAY_MS), 1..=1000i64, 1..=DAY_MS,];
     let start = prop_oneof![
         3 => 1_600_000_000_000..=1_900_000_000_000i64,
         1 => 0..=2 * DAY_MS,
@@ -134,8 +132,12 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         1 => (prop_oneof![1..=20u16, 120..=300u16], any::<bool>()).prop_map(|(n, spread)| Step::Burst(n, spread)),
         1 => limits().prop_map(Step::SetLimit),
     ];
-    (window, limits(), start, prop::collection::vec(step, 1..=60))
-        .prop_map(|(window, limit, start, steps)| Case { window, limit, start, steps })
+    (window, limits(), start, prop::collection::vec(step, 1..=60)).prop_map(|(window, limit, start, steps)| Case {
+        window,
+        limit,
+        start,
+        steps,
+    })
 }
 
 /// Who answers the calls of a case. The mutant exists to prove the comparison
@@ -157,22 +159,39 @@ fn run(conn: &mut Connection, who: Implementation, key: &str, window: i64, calls
         pipe.cmd("MULTI");
         match who {
             Implementation::Module => {
-                pipe.cmd("XCLOAK.ALLOW").arg(key).arg(window).arg(call.limit).arg("NOW").arg(call.now);
+                pipe.cmd("XCLOAK.ALLOW")
+                    .arg(key)
+                    .arg(window)
+                    .arg(call.limit)
+                    .arg("NOW")
+                    .arg(call.now);
             }
             Implementation::Article | Implementation::ArticleAdmittingOneExtra => {
                 let limit = call.limit + (who == Implementation::ArticleAdmittingOneExtra) as i64;
-                pipe.cmd("EVALSHA").arg(&sha).arg(1).arg(key).arg(call.now).arg(window).arg(limit);
+                pipe.cmd("EVALSHA")
+                    .arg(&sha)
+                    .arg(1)
+                    .arg(key)
+                    .arg(call.now)
+                    .arg(window)
+                    .arg(limit);
             }
         }
-        pipe.cmd("PTTL").arg(key).cmd("PERSIST").arg(key).cmd("ZCARD").arg(key).cmd("EXEC");
+        pipe.cmd("PTTL")
+            .arg(key)
+            .cmd("PERSIST")
+            .arg(key)
+            .cmd("ZCARD")
+            .arg(key)
+            .cmd("EXEC");
     }
     let values: Vec<Value> = pipe.query(conn).expect("pipeline of MULTI/EXEC");
     assert_eq!(values.len(), calls.len() * 6);
     values
         .chunks(6)
         .map(|group| {
-            let exec: Vec<i64> = redis::from_redis_value(&group[5])
-                .unwrap_or_else(|e| panic!("EXEC reply {:?}: {e}", group[5]));
+            let exec: Vec<i64> =
+                redis::from_redis_value(&group[5]).unwrap_or_else(|e| panic!("EXEC reply {:?}: {e}", group[5]));
             (exec[0], exec[1], exec[3])
         })
         .collect()
@@ -232,10 +251,20 @@ fn compare(
     for (i, (call, (want, got))) in calls.iter().zip(expected.iter().zip(&actual)).enumerate() {
         let context = || format!("call {i} of {} ({call:?}, window {}): ", calls.len(), case.window);
         if want.0 != got.0 {
-            return Err(format!("{}reply {} (reference) vs {} ({candidate:?})", context(), want.0, got.0));
+            return Err(format!(
+                "{}reply {} (reference) vs {} ({candidate:?})",
+                context(),
+                want.0,
+                got.0
+            ));
         }
         if want.2 != got.2 {
-            return Err(format!("{}ZCARD {} (reference) vs {} ({candidate:?})", context(), want.2, got.2));
+            return Err(format!(
+                "{}ZCARD {} (reference) vs {} ({candidate:?})",
+                context(),
+                want.2,
+                got.2
+            ));
         }
         if candidate == Implementation::Module {
             let pttl = got.1;
@@ -269,7 +298,10 @@ fn seed() -> u64 {
     match std::env::var("XCLOAK_ORACLE_SEED") {
         Ok(text) => text.parse().expect("XCLOAK_ORACLE_SEED is a u64"),
         Err(_) => {
-            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
             (nanos as u64) ^ ((std::process::id() as u64) << 32)
         }
     }
@@ -305,7 +337,10 @@ fn module_matches_the_article_script_on_random_sequences() {
     let server = Server::start();
     let conn = RefCell::new(server.client());
     let seed = seed();
-    let cases: u32 = std::env::var("XCLOAK_ORACLE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(250);
+    let cases: u32 = std::env::var("XCLOAK_ORACLE_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(250);
     eprintln!("oracle_diff: seed {seed} ({cases} cases); replay with XCLOAK_ORACLE_SEED={seed}");
     let reach = RefCell::new(Reach::default());
     let next_id = RefCell::new(0u64);
@@ -328,7 +363,10 @@ fn module_matches_the_article_script_on_random_sequences() {
     if let Err(error) = result {
         match error {
             TestError::Fail(reason, case) => {
-                panic!("seed {seed}: {reason}\nminimal case: {case:?}\ncalls: {:?}", case.calls())
+                panic!(
+                    "seed {seed}: {reason}\nminimal case: {case:?}\ncalls: {:?}",
+                    case.calls()
+                )
             }
             TestError::Abort(reason) => panic!("seed {seed}: aborted: {reason}"),
         }
@@ -343,11 +381,30 @@ fn module_matches_the_article_script_on_random_sequences() {
         return;
     }
     assert!(reach.admitted > 0 && reach.rejected > 0, "{reach:?}");
-    assert!(reach.window_1ms > 0 && reach.window_day > 0, "windows of 1 ms and a day: {reach:?}");
-    assert!(reach.above_listpack > 0, "windows above {LISTPACK_ENTRIES} entries: {reach:?}");
+    assert!(
+        reach.window_1ms > 0 && reach.window_day > 0,
+        "windows of 1 ms and a day: {reach:?}"
+    );
+    assert!(
+        reach.above_listpack > 0,
+        "windows above {LISTPACK_ENTRIES} entries: {reach:?}"
+    );
     assert!(reach.limit_changed > 0 && reach.backwards > 0, "{reach:?}");
-    for name in ["0", "+1", "window-1", "window", "window+1", "random", "back", "burst", "limit change"] {
-        assert!(reach.steps.get(name).copied().unwrap_or(0) > 0, "step {name} never generated: {reach:?}");
+    for name in [
+        "0",
+        "+1",
+        "window-1",
+        "window",
+        "window+1",
+        "random",
+        "back",
+        "burst",
+        "limit change",
+    ] {
+        assert!(
+            reach.steps.get(name).copied().unwrap_or(0) > 0,
+            "step {name} never generated: {reach:?}"
+        );
     }
 }
 
@@ -362,7 +419,17 @@ fn module_matches_the_article_script_on_edge_sequences() {
     let mut conn = server.client();
     let t = 1_700_000_000_000;
     let cases = [
-        Case { window: 1, limit: 300, start: t, steps: vec![Step::Burst(301, false), Step::PlusOne, Step::Same, Step::Burst(300, false)] },
+        Case {
+            window: 1,
+            limit: 300,
+            start: t,
+            steps: vec![
+                Step::Burst(301, false),
+                Step::PlusOne,
+                Step::Same,
+                Step::Burst(300, false),
+            ],
+        },
         Case {
             window: DAY_MS,
             limit: 300,
@@ -396,11 +463,28 @@ fn module_matches_the_article_script_on_edge_sequences() {
                 Step::Window,
             ],
         },
-        Case { window: 1, limit: 0, start: 0, steps: vec![Step::Same, Step::SetLimit(1), Step::Back(5), Step::Same] },
-        Case { window: 5, limit: 129, start: MAX_EXACT_MS - 200, steps: vec![Step::Burst(150, false), Step::Random(1_000_000)] },
+        Case {
+            window: 1,
+            limit: 0,
+            start: 0,
+            steps: vec![Step::Same, Step::SetLimit(1), Step::Back(5), Step::Same],
+        },
+        Case {
+            window: 5,
+            limit: 129,
+            start: MAX_EXACT_MS - 200,
+            steps: vec![Step::Burst(150, false), Step::Random(1_000_000)],
+        },
     ];
     for (id, case) in cases.iter().enumerate() {
-        if let Err(reason) = compare(&mut conn, id as u64, case, Implementation::Article, Implementation::Module, None) {
+        if let Err(reason) = compare(
+            &mut conn,
+            id as u64,
+            case,
+            Implementation::Article,
+            Implementation::Module,
+            None,
+        ) {
             panic!("edge case {id}: {reason}\n{case:?}");
         }
     }
@@ -415,11 +499,34 @@ fn module_matches_the_article_script_on_edge_sequences() {
 fn comparison_catches_one_extra_admission() {
     let server = Server::start();
     let mut conn = server.client();
-    let case = Case { window: 1000, limit: 3, start: 1_700_000_000_000, steps: vec![Step::Burst(5, false)] };
-    let caught = compare(&mut conn, 1, &case, Implementation::Article, Implementation::ArticleAdmittingOneExtra, None);
+    let case = Case {
+        window: 1000,
+        limit: 3,
+        start: 1_700_000_000_000,
+        steps: vec![Step::Burst(5, false)],
+    };
+    let caught = compare(
+        &mut conn,
+        1,
+        &case,
+        Implementation::Article,
+        Implementation::ArticleAdmittingOneExtra,
+        None,
+    );
     let reason = caught.expect_err("one extra admission must be caught");
-    assert!(reason.contains("call 3") && reason.contains("reply 0 (reference) vs 1"), "{reason}");
-    compare(&mut conn, 2, &case, Implementation::Article, Implementation::Article, None).expect("the script agrees with itself");
+    assert!(
+        reason.contains("call 3") && reason.contains("reply 0 (reference) vs 1"),
+        "{reason}"
+    );
+    compare(
+        &mut conn,
+        2,
+        &case,
+        Implementation::Article,
+        Implementation::Article,
+        None,
+    )
+    .expect("the script agrees with itself");
 
     let conn = RefCell::new(conn);
     let next_id = RefCell::new(100u64);
@@ -429,8 +536,18 @@ fn comparison_catches_one_extra_admission() {
             *id += 1;
             *id
         };
-        compare(&mut conn.borrow_mut(), id, &case, Implementation::Article, Implementation::ArticleAdmittingOneExtra, None)
-            .map_err(TestCaseError::fail)
+        compare(
+            &mut conn.borrow_mut(),
+            id,
+            &case,
+            Implementation::Article,
+            Implementation::ArticleAdmittingOneExtra,
+            None,
+        )
+        .map_err(TestCaseError::fail)
     });
-    assert!(matches!(result, Err(TestError::Fail(..))), "the generator must expose the mutant: {result:?}");
+    assert!(
+        matches!(result, Err(TestError::Fail(..))),
+        "the generator must expose the mutant: {result:?}"
+    );
 }

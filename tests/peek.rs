@@ -17,7 +17,14 @@ const WINDOW: i64 = 1000;
 const LIMIT: i64 = 10;
 
 fn peek(conn: &mut Connection, key: &str, now: i64) -> Vec<i64> {
-    redis::cmd("XCLOAK.PEEK").arg(key).arg(WINDOW).arg(LIMIT).arg("NOW").arg(now).query(conn).unwrap()
+    redis::cmd("XCLOAK.PEEK")
+        .arg(key)
+        .arg(WINDOW)
+        .arg(LIMIT)
+        .arg("NOW")
+        .arg(now)
+        .query(conn)
+        .unwrap()
 }
 
 fn dump(conn: &mut Connection, key: &str) -> Option<Vec<u8>> {
@@ -29,11 +36,17 @@ fn int(conn: &mut Connection, command: &str, key: &str) -> i64 {
 }
 
 fn dirty(conn: &mut Connection) -> i64 {
-    info_field(conn, "persistence", "rdb_changes_since_last_save").unwrap().parse().unwrap()
+    info_field(conn, "persistence", "rdb_changes_since_last_save")
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 fn offset(conn: &mut Connection) -> i64 {
-    info_field(conn, "replication", "master_repl_offset").unwrap().parse().unwrap()
+    info_field(conn, "replication", "master_repl_offset")
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// A key holding 3 entries at 1000 and 2 at 1500, real TTL about 2 s.
@@ -67,9 +80,16 @@ fn peek_changes_neither_value_nor_ttl_nor_dirty_counter() {
     assert_eq!(dump(&mut conn, "k"), value, "DUMP changed");
     assert_eq!(int(&mut conn, "ZCARD", "k"), 5);
     let ttl_after = int(&mut conn, "PTTL", "k");
-    assert!(ttl_after > 0 && ttl_after <= ttl, "PTTL went from {ttl} to {ttl_after}: PEEK must not extend it");
+    assert!(
+        ttl_after > 0 && ttl_after <= ttl,
+        "PTTL went from {ttl} to {ttl_after}: PEEK must not extend it"
+    );
     if let Some(expire_at) = expire_at {
-        assert_eq!(int(&mut conn, "PEXPIRETIME", "k"), expire_at, "the absolute expiry moved");
+        assert_eq!(
+            int(&mut conn, "PEXPIRETIME", "k"),
+            expire_at,
+            "the absolute expiry moved"
+        );
     }
     assert_eq!(dirty(&mut conn), dirty_before, "PEEK counted as a write");
 
@@ -90,7 +110,12 @@ fn peek_on_a_wrong_type_is_an_error_and_changes_nothing() {
     let mut conn = server.client();
     let _: () = redis::cmd("SET").arg("s").arg("v").query(&mut conn).unwrap();
     let before = dirty(&mut conn);
-    let err = redis::cmd("XCLOAK.PEEK").arg("s").arg(WINDOW).arg(LIMIT).query::<Vec<i64>>(&mut conn).unwrap_err();
+    let err = redis::cmd("XCLOAK.PEEK")
+        .arg("s")
+        .arg(WINDOW)
+        .arg(LIMIT)
+        .query::<Vec<i64>>(&mut conn)
+        .unwrap_err();
     assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
     let value: String = redis::cmd("GET").arg("s").query(&mut conn).unwrap();
     assert_eq!(value, "v");
@@ -102,7 +127,12 @@ fn wait_in_sync(primary: &mut Connection, replica: &mut Connection) {
         info_field(replica, "replication", "master_link_status").as_deref() == Some("up")
             && offset(primary) == offset(replica)
     });
-    assert!(synced, "replica not in sync: primary {} replica {}", offset(primary), offset(replica));
+    assert!(
+        synced,
+        "replica not in sync: primary {} replica {}",
+        offset(primary),
+        offset(replica)
+    );
 }
 
 #[test]
@@ -115,15 +145,29 @@ fn peek_sends_nothing_to_replicas_and_runs_on_a_read_only_replica() {
         .start();
     let replica = Server::start();
     let (mut p, mut r) = (primary.client(), replica.client());
-    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut r).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port)
+        .query(&mut r)
+        .unwrap();
     seeded(&mut p, "k");
     wait_in_sync(&mut p, &mut r);
 
     let before = offset(&mut p);
     let mut pipe = redis::pipe();
     for i in 0..500 {
-        pipe.cmd("XCLOAK.PEEK").arg("k").arg(WINDOW).arg(LIMIT).arg("NOW").arg(1000 + i * 5).ignore();
-        pipe.cmd("XCLOAK.PEEK").arg(format!("absent:{i}")).arg(WINDOW).arg(LIMIT).ignore();
+        pipe.cmd("XCLOAK.PEEK")
+            .arg("k")
+            .arg(WINDOW)
+            .arg(LIMIT)
+            .arg("NOW")
+            .arg(1000 + i * 5)
+            .ignore();
+        pipe.cmd("XCLOAK.PEEK")
+            .arg(format!("absent:{i}"))
+            .arg(WINDOW)
+            .arg(LIMIT)
+            .ignore();
     }
     let _: () = pipe.query(&mut p).unwrap();
     assert_eq!(peek(&mut p, "k", 2200), [1, 10, 8, 0, 300]);
@@ -135,7 +179,12 @@ fn peek_sends_nothing_to_replicas_and_runs_on_a_read_only_replica() {
     // replica refuses writes: ALLOW gets READONLY).
     assert_eq!(dump(&mut r, "k"), dump(&mut p, "k"));
     assert_eq!(peek(&mut r, "k", 2200), [1, 10, 8, 0, 300]);
-    let err = redis::cmd("XCLOAK.ALLOW").arg("k").arg(WINDOW).arg(LIMIT).query::<i64>(&mut r).unwrap_err();
+    let err = redis::cmd("XCLOAK.ALLOW")
+        .arg("k")
+        .arg(WINDOW)
+        .arg(LIMIT)
+        .query::<i64>(&mut r)
+        .unwrap_err();
     assert_eq!(err.code(), Some("READONLY"), "{err}");
 
     // The test can see replication: one ALLOW moves the offset.
@@ -163,14 +212,33 @@ fn peek_runs_under_read_only_acls() {
     let server = Server::start();
     let mut admin = server.client();
     seeded(&mut admin, "k");
-    let peek_cmd = || redis::cmd("XCLOAK.PEEK").arg("k").arg(WINDOW).arg(LIMIT).arg("NOW").arg(2200).clone();
-    let allow_cmd = || redis::cmd("XCLOAK.ALLOW").arg("k").arg(WINDOW).arg(LIMIT).arg("NOW").arg(2200).clone();
+    let peek_cmd = || {
+        redis::cmd("XCLOAK.PEEK")
+            .arg("k")
+            .arg(WINDOW)
+            .arg(LIMIT)
+            .arg("NOW")
+            .arg(2200)
+            .clone()
+    };
+    let allow_cmd = || {
+        redis::cmd("XCLOAK.ALLOW")
+            .arg("k")
+            .arg(WINDOW)
+            .arg(LIMIT)
+            .arg("NOW")
+            .arg(2200)
+            .clone()
+    };
 
     // A user allowed PEEK and the read commands, not ALLOW.
     acl(&mut admin, &["reader", "on", ">pw", "~*", "+@read", "+xcloak.peek"]);
     let mut reader = connect_as(&server, "reader");
     assert_eq!(peek_cmd().query::<Vec<i64>>(&mut reader).unwrap(), [1, 10, 8, 0, 300]);
-    assert!(denied(allow_cmd().query(&mut reader)), "ALLOW must be refused to a read-only user");
+    assert!(
+        denied(allow_cmd().query(&mut reader)),
+        "ALLOW must be refused to a read-only user"
+    );
 
     // The categories: on 7.2+ PEEK is in @read and ALLOW in @write, so +@read
     // alone grants PEEK; older servers give module commands no category.
@@ -187,10 +255,16 @@ fn peek_runs_under_read_only_acls() {
     // Read-only key permissions (7.0+) follow the key specs: PEEK's key is
     // RO, ALLOW's RW, so %R~* grants PEEK and refuses ALLOW.
     if at_least_7_0() {
-        acl(&mut admin, &["rokeys", "on", ">pw", "%R~*", "+xcloak.peek", "+xcloak.allow"]);
+        acl(
+            &mut admin,
+            &["rokeys", "on", ">pw", "%R~*", "+xcloak.peek", "+xcloak.allow"],
+        );
         let mut ro_keys = connect_as(&server, "rokeys");
         assert_eq!(peek_cmd().query::<Vec<i64>>(&mut ro_keys).unwrap(), [1, 10, 8, 0, 300]);
-        assert!(denied(allow_cmd().query(&mut ro_keys)), "a read-only key permission must refuse ALLOW");
+        assert!(
+            denied(allow_cmd().query(&mut ro_keys)),
+            "a read-only key permission must refuse ALLOW"
+        );
     }
     assert_eq!(int(&mut admin, "ZCARD", "k"), 5, "nothing was admitted");
 }

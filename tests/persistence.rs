@@ -26,7 +26,6 @@ const NOW_KEYS: usize = 20;
 const NOW_LIMIT: i64 = 25;
 const BURST_LIMIT: i64 = 5_000;
 
-
 /// What the workload left behind, for the checks after the restart.
 struct Written {
     /// NOW-driven keys: their last NOW (each window was filled there).
@@ -113,19 +112,29 @@ type Snapshot = BTreeMap<String, Vec<(String, f64)>>;
 /// Every key's entries, in order.
 fn snapshot(conn: &mut Connection) -> Snapshot {
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(conn).unwrap();
-    keys.into_iter().map(|k| { let e = entries(conn, &k); (k, e) }).collect()
+    keys.into_iter()
+        .map(|k| {
+            let e = entries(conn, &k);
+            (k, e)
+        })
+        .collect()
 }
 
 /// Absolute expiry of every key (7.0+: PEXPIRETIME); on 6.2, which lacks it,
 /// the remaining TTL, checked against its bounds by the caller.
 fn expiries(conn: &mut Connection, keys: &Snapshot) -> BTreeMap<String, i64> {
     let command = if at_least_7_0() { "PEXPIRETIME" } else { "PTTL" };
-    keys.keys().map(|k| (k.clone(), redis::cmd(command).arg(k).query(conn).unwrap())).collect()
+    keys.keys()
+        .map(|k| (k.clone(), redis::cmd(command).arg(k).query(conn).unwrap()))
+        .collect()
 }
 
 fn check_expiries(before: &BTreeMap<String, i64>, after: &BTreeMap<String, i64>) {
     if at_least_7_0() {
-        assert_eq!(before, after, "absolute expiry times (PEXPIREAT was logged) survive the restart");
+        assert_eq!(
+            before, after,
+            "absolute expiry times (PEXPIREAT was logged) survive the restart"
+        );
     } else {
         for (key, ttl) in after {
             assert!(*ttl > 0 && *ttl <= LONG + 1_000, "{key}: PTTL {ttl} after the restart");
@@ -164,27 +173,52 @@ fn check_after_restart(server: &Server, before: &Snapshot, expiry_before: &BTree
     let after = snapshot(&mut conn);
     assert_eq!(before.len(), after.len(), "same keys after the restart");
     for (key, entries) in before {
-        assert_eq!(Some(entries), after.get(key), "{key}: members and scores identical after the restart");
+        assert_eq!(
+            Some(entries),
+            after.get(key),
+            "{key}: members and scores identical after the restart"
+        );
     }
     check_expiries(expiry_before, &expiries(&mut conn, &after));
     // Loading re-applied effects: the module's handler never ran.
-    assert_eq!(info_field(&mut conn, "xcloak", "xcloak_admitted").as_deref(), Some("0"), "no XCLOAK.ALLOW re-run on load");
-    assert_eq!(info_field(&mut conn, "xcloak", "xcloak_rejected").as_deref(), Some("0"), "no XCLOAK.ALLOW re-run on load");
+    assert_eq!(
+        info_field(&mut conn, "xcloak", "xcloak_admitted").as_deref(),
+        Some("0"),
+        "no XCLOAK.ALLOW re-run on load"
+    );
+    assert_eq!(
+        info_field(&mut conn, "xcloak", "xcloak_rejected").as_deref(),
+        Some("0"),
+        "no XCLOAK.ALLOW re-run on load"
+    );
 
     // A full window stays full.
     for (key, at) in &written.last_now {
-        assert_eq!(allow_at(&mut conn, key, NOW_WINDOW, NOW_LIMIT, *at), 0, "{key} full at NOW {at} before the restart");
+        assert_eq!(
+            allow_at(&mut conn, key, NOW_WINDOW, NOW_LIMIT, *at),
+            0,
+            "{key} full at NOW {at} before the restart"
+        );
     }
     for i in 0..CLOCK_KEYS {
         let key = format!("clock:{i}");
         if before[&key].len() as i64 == CLOCK_LIMIT {
-            let admitted: i64 = redis::cmd("XCLOAK.ALLOW").arg(&key).arg(LONG).arg(CLOCK_LIMIT).query(&mut conn).unwrap();
+            let admitted: i64 = redis::cmd("XCLOAK.ALLOW")
+                .arg(&key)
+                .arg(LONG)
+                .arg(CLOCK_LIMIT)
+                .query(&mut conn)
+                .unwrap();
             assert_eq!(admitted, 0, "{key} full before the restart");
         }
     }
     let card = |conn: &mut Connection, key: &str| -> usize { redis::cmd("ZCARD").arg(key).query(conn).unwrap() };
     for (key, _) in &written.last_now {
-        assert_eq!(card(&mut conn, key), before[key].len(), "{key}: a rejection adds nothing");
+        assert_eq!(
+            card(&mut conn, key),
+            before[key].len(),
+            "{key}: a rejection adds nothing"
+        );
     }
 
     // New admissions at the same NOW never collide with earlier members.
@@ -192,7 +226,11 @@ fn check_after_restart(server: &Server, before: &Snapshot, expiry_before: &BTree
         for _ in 0..10 {
             assert_eq!(allow_at(&mut conn, key, NOW_WINDOW, NOW_LIMIT + 10, *at), 1);
         }
-        assert_eq!(card(&mut conn, key), before[key].len() + 10, "{key}: 10 admissions at {at}, 10 new entries");
+        assert_eq!(
+            card(&mut conn, key),
+            before[key].len() + 10,
+            "{key}: 10 admissions at {at}, 10 new entries"
+        );
         let now_entries = entries(&mut conn, key);
         for entry in &before[key] {
             assert!(now_entries.contains(entry), "{key}: {entry:?} kept");
@@ -211,7 +249,11 @@ fn check_after_restart(server: &Server, before: &Snapshot, expiry_before: &BTree
             .unwrap();
         assert_eq!(admitted, 1);
     }
-    assert_eq!(card(&mut conn, "burst"), before["burst"].len() + 503, "burst: 503 new entries at the same NOW");
+    assert_eq!(
+        card(&mut conn, "burst"),
+        before["burst"].len() + 503,
+        "burst: 503 new entries at the same NOW"
+    );
     let burst = entries(&mut conn, "burst");
     assert!(burst.iter().all(|(_, score)| *score == BASE_NOW as f64));
     for entry in &before["burst"] {
@@ -238,7 +280,10 @@ fn fill(server: &Server) -> (Snapshot, BTreeMap<String, i64>, Written) {
 }
 
 fn aof_server() -> Server {
-    ServerConfig::default().arg("appendonly", "yes").arg("appendfsync", "always").start()
+    ServerConfig::default()
+        .arg("appendonly", "yes")
+        .arg("appendfsync", "always")
+        .start()
 }
 
 fn wait_rewrite_done(server: &Server) {
@@ -250,7 +295,15 @@ fn wait_rewrite_done(server: &Server) {
     });
     assert!(done, "BGREWRITEAOF did not finish:\n{}", server.log());
     let status = info_field(conn, "persistence", "aof_last_bgrewrite_status");
-    assert_eq!(status.as_deref(), Some("ok"), "BGREWRITEAOF failed in {} (exists: {}, files: {:?}):\n{}", server.dir.display(), server.dir.exists(), std::fs::read_dir(&server.dir).map(|d| d.map(|e| e.unwrap().file_name()).collect::<Vec<_>>()), server.log());
+    assert_eq!(
+        status.as_deref(),
+        Some("ok"),
+        "BGREWRITEAOF failed in {} (exists: {}, files: {:?}):\n{}",
+        server.dir.display(),
+        server.dir.exists(),
+        std::fs::read_dir(&server.dir).map(|d| d.map(|e| e.unwrap().file_name()).collect::<Vec<_>>()),
+        server.log()
+    );
 }
 
 #[test]
@@ -263,7 +316,10 @@ fn aof_always_restores_every_window_exactly() {
     server.restart();
     assert!(aof_files_exist(&server.dir));
     let log = server.log();
-    assert!(log.to_lowercase().contains("append only file"), "loaded from the AOF:\n{log}");
+    assert!(
+        log.to_lowercase().contains("append only file"),
+        "loaded from the AOF:\n{log}"
+    );
     check_after_restart(&server, &before, &expiry, &written);
 }
 
@@ -282,7 +338,10 @@ fn aof_after_bgrewriteaof_restores_every_window_exactly() {
     let mut before = before;
     let mut expiry = expiry;
     before.insert("after-rewrite".into(), server.with(|c| entries(c, "after-rewrite")));
-    expiry.insert("after-rewrite".into(), server.with(|c| expiries(c, &before)["after-rewrite"]));
+    expiry.insert(
+        "after-rewrite".into(),
+        server.with(|c| expiries(c, &before)["after-rewrite"]),
+    );
     assert_no_command_logged(&server.dir);
     std::thread::sleep(std::time::Duration::from_millis(5));
     server.restart();
@@ -295,8 +354,15 @@ fn rdb_snapshot_restores_every_window_exactly() {
     let (before, expiry, written) = fill(&server);
     let _: String = server.with(|c| redis::cmd("SAVE").query(c).unwrap());
     assert!(server.dir.join("dump.rdb").exists());
-    assert!(!aof_files_exist(&server.dir), "appendonly no: the snapshot is the only source");
+    assert!(
+        !aof_files_exist(&server.dir),
+        "appendonly no: the snapshot is the only source"
+    );
     server.restart();
-    assert!(server.log().contains("DB loaded from disk"), "loaded from the RDB:\n{}", server.log());
+    assert!(
+        server.log().contains("DB loaded from disk"),
+        "loaded from the RDB:\n{}",
+        server.log()
+    );
     check_after_restart(&server, &before, &expiry, &written);
 }

@@ -42,7 +42,10 @@ fn burst(conns: &mut [Connection], call: impl Fn(usize, &mut Connection) -> bool
 }
 
 fn unix_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 /// The article's Go code, as Rust: a non-transactional pipeline of
@@ -52,19 +55,34 @@ fn unix_ms() -> i64 {
 fn naive(conn: &mut Connection, key: &str, client: usize) -> bool {
     let now = unix_ms();
     let (_, count): (i64, i64) = redis::pipe()
-        .cmd("ZREMRANGEBYSCORE").arg(key).arg("-inf").arg(now - WINDOW_MS)
-        .cmd("ZCARD").arg(key)
+        .cmd("ZREMRANGEBYSCORE")
+        .arg(key)
+        .arg("-inf")
+        .arg(now - WINDOW_MS)
+        .cmd("ZCARD")
+        .arg(key)
         .query(conn)
         .unwrap();
     if count >= LIMIT {
         return false;
     }
-    let _: i64 = redis::cmd("ZADD").arg(key).arg(now).arg(format!("{now}-{client}")).query(conn).unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg(key)
+        .arg(now)
+        .arg(format!("{now}-{client}"))
+        .query(conn)
+        .unwrap();
     true
 }
 
 fn allow(conn: &mut Connection, key: &str, limit: i64) -> bool {
-    redis::cmd("XCLOAK.ALLOW").arg(key).arg(WINDOW_MS).arg(limit).query::<i64>(conn).unwrap() == 1
+    redis::cmd("XCLOAK.ALLOW")
+        .arg(key)
+        .arg(WINDOW_MS)
+        .arg(limit)
+        .query::<i64>(conn)
+        .unwrap()
+        == 1
 }
 
 fn zcard(conn: &mut Connection, key: &str) -> i64 {
@@ -107,7 +125,9 @@ fn naive_pipeline_races_past_the_limit_and_the_command_holds_it() {
         assert_eq!(zcard(&mut check, &key), LIMIT, "XCLOAK.ALLOW round {round}: entries");
 
         let key = format!("script:{round}");
-        let admitted = burst(&mut conns, |_, conn| article_at(conn, &key, WINDOW_MS, LIMIT, unix_ms()) == 1);
+        let admitted = burst(&mut conns, |_, conn| {
+            article_at(conn, &key, WINDOW_MS, LIMIT, unix_ms()) == 1
+        });
         assert_eq!(admitted, LIMIT, "the article's script, round {round}");
     }
 }
@@ -140,7 +160,11 @@ fn many_keys_under_concurrent_load_each_admit_exactly_their_limit() {
         assert_eq!(admitted, 0);
         for (k, count) in per_key.iter().enumerate() {
             assert_eq!(count.load(Ordering::SeqCst), limit_of(k), "pass {pass}, key many:{k}");
-            assert_eq!(zcard(&mut check, &format!("many:{k}")), limit_of(k), "pass {pass}, entries of many:{k}");
+            assert_eq!(
+                zcard(&mut check, &format!("many:{k}")),
+                limit_of(k),
+                "pass {pass}, entries of many:{k}"
+            );
         }
     }
 }

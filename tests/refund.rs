@@ -29,7 +29,12 @@ const WINDOW_MS: i64 = 600_000;
 /// above them reports `remaining = limit - live`.
 fn live(conn: &mut Connection, key: &str) -> i64 {
     const HUGE: i64 = 1_000_000;
-    let fields: Vec<i64> = redis::cmd("XCLOAK.PEEK").arg(key).arg(WINDOW_MS).arg(HUGE).query(conn).unwrap();
+    let fields: Vec<i64> = redis::cmd("XCLOAK.PEEK")
+        .arg(key)
+        .arg(WINDOW_MS)
+        .arg(HUGE)
+        .query(conn)
+        .unwrap();
     HUGE - fields[2]
 }
 
@@ -61,10 +66,17 @@ fn login_race(server: &Server, form: &str) {
             .iter_mut()
             .enumerate()
             .map(|(i, conn)| {
-                let (barrier, key, admitted_failures, refunds, rejected) = (&barrier, &key, &admitted_failures, &refunds, &rejected);
+                let (barrier, key, admitted_failures, refunds, rejected) =
+                    (&barrier, &key, &admitted_failures, &refunds, &rejected);
                 scope.spawn(move || {
                     barrier.wait();
-                    let stamp: i64 = redis::cmd("XCLOAK.ALLOW").arg(key).arg(WINDOW_MS).arg(LIMIT).arg("STAMP").query(conn).unwrap();
+                    let stamp: i64 = redis::cmd("XCLOAK.ALLOW")
+                        .arg(key)
+                        .arg(WINDOW_MS)
+                        .arg(LIMIT)
+                        .arg("STAMP")
+                        .query(conn)
+                        .unwrap();
                     if stamp < 0 {
                         rejected.fetch_add(1, Ordering::SeqCst);
                         return;
@@ -95,24 +107,46 @@ fn login_race(server: &Server, form: &str) {
     failures.sort_unstable();
     let (refunds, rejected) = (refunds.into_inner(), rejected.into_inner());
     assert!(most_seen <= LIMIT, "{form}: the window held {most_seen} entries");
-    assert!(failures.len() as i64 <= LIMIT, "{form}: {} failures admitted", failures.len());
-    assert_eq!(stored_stamps(&mut conn, &key), failures, "{form}: the window holds exactly the admitted failures");
+    assert!(
+        failures.len() as i64 <= LIMIT,
+        "{form}: {} failures admitted",
+        failures.len()
+    );
+    assert_eq!(
+        stored_stamps(&mut conn, &key),
+        failures,
+        "{form}: the window holds exactly the admitted failures"
+    );
     assert_eq!(failures.len() as i64 + refunds + rejected, ATTEMPTS as i64);
     let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
 
     // One after another: successes never burn an attempt, so ten of them
     // leave all five for failures, and only the sixth failure is refused.
     let attempt = |conn: &mut Connection| -> i64 {
-        redis::cmd("XCLOAK.ALLOW").arg(&key).arg(WINDOW_MS).arg(LIMIT).arg("STAMP").query(conn).unwrap()
+        redis::cmd("XCLOAK.ALLOW")
+            .arg(&key)
+            .arg(WINDOW_MS)
+            .arg(LIMIT)
+            .arg("STAMP")
+            .query(conn)
+            .unwrap()
     };
     for i in 0..10 {
         let stamp = attempt(&mut conn);
         assert!(stamp >= 0, "{form}: success {i} was refused");
-        let removed: i64 = redis::cmd("XCLOAK.REFUND").arg(&key).arg(stamp).query(&mut conn).unwrap();
+        let removed: i64 = redis::cmd("XCLOAK.REFUND")
+            .arg(&key)
+            .arg(stamp)
+            .query(&mut conn)
+            .unwrap();
         assert_eq!(removed, 1, "{form}: success {i}");
     }
     let outcomes: Vec<bool> = (0..6).map(|_| attempt(&mut conn) >= 0).collect();
-    assert_eq!(outcomes, [true, true, true, true, true, false], "{form}: five failures, then locked");
+    assert_eq!(
+        outcomes,
+        [true, true, true, true, true, false],
+        "{form}: five failures, then locked"
+    );
     let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).unwrap();
 }
 
@@ -125,7 +159,11 @@ fn count_only_failures_under_a_burst_of_logins() {
 /// `cmdstat_<name>` names of INFO commandstats.
 fn commands_run(conn: &mut Connection) -> Vec<String> {
     let text: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    text.lines().filter_map(|l| l.strip_prefix("cmdstat_")).filter_map(|l| l.split_once(':')).map(|(n, _)| n.to_lowercase()).collect()
+    text.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, _)| n.to_lowercase())
+        .collect()
 }
 
 /// On a primary/replica pair of each form: admissions with STAMP, refunds
@@ -136,11 +174,18 @@ fn commands_run(conn: &mut Connection) -> Vec<String> {
 /// `XCLOAK.APPLY` with the removal.
 #[test]
 fn refunds_replicate_as_effects_on_both_forms() {
-    for (config, form) in [(ServerConfig::default(), "zset"), (ServerConfig::compact(), "xcloaklog")] {
+    for (config, form) in [
+        (ServerConfig::default(), "zset"),
+        (ServerConfig::compact(), "xcloaklog"),
+    ] {
         let primary = config.clone().arg("repl-diskless-sync-delay", "0").start();
         let replica = config.start();
         let (mut conn, mut replica_conn) = (primary.client(), replica.client());
-        let _: String = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut replica_conn).unwrap();
+        let _: String = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(primary.port)
+            .query(&mut replica_conn)
+            .unwrap();
         // Linked before the writes, so they reach the replica as commands, not in the initial RDB.
         let linked = eventually(Duration::from_secs(30), || {
             info_field(&mut replica_conn, "replication", "master_link_status").as_deref() == Some("up")
@@ -148,10 +193,26 @@ fn refunds_replicate_as_effects_on_both_forms() {
         assert!(linked, "{form}: replica never linked:\n{}", replica.log());
         let now = 1_732_941_234_567i64;
         let allow = |conn: &mut Connection, key: &str, at: i64, cost: i64| -> i64 {
-            redis::cmd("XCLOAK.ALLOW").arg(key).arg(WINDOW_MS).arg(100).arg("NOW").arg(at).arg("COST").arg(cost).arg("STAMP").query(conn).unwrap()
+            redis::cmd("XCLOAK.ALLOW")
+                .arg(key)
+                .arg(WINDOW_MS)
+                .arg(100)
+                .arg("NOW")
+                .arg(at)
+                .arg("COST")
+                .arg(cost)
+                .arg("STAMP")
+                .query(conn)
+                .unwrap()
         };
         let refund = |conn: &mut Connection, key: &str, stamp: i64, cost: i64| -> i64 {
-            redis::cmd("XCLOAK.REFUND").arg(key).arg(stamp).arg("COST").arg(cost).query(conn).unwrap()
+            redis::cmd("XCLOAK.REFUND")
+                .arg(key)
+                .arg(stamp)
+                .arg("COST")
+                .arg(cost)
+                .query(conn)
+                .unwrap()
         };
         for k in 0..4 {
             let key = format!("r:{k}");
@@ -159,34 +220,64 @@ fn refunds_replicate_as_effects_on_both_forms() {
                 assert_eq!(allow(&mut conn, &key, now + i / 3, 1 + i % 4), now + i / 3);
             }
             assert_eq!(refund(&mut conn, &key, now + 2, 2), 2, "partial");
-            assert_eq!(refund(&mut conn, &key, now + 9, 1000), 7, "the whole millisecond (4+1+2 entries)");
+            assert_eq!(
+                refund(&mut conn, &key, now + 9, 1000),
+                7,
+                "the whole millisecond (4+1+2 entries)"
+            );
             assert_eq!(refund(&mut conn, &key, now + 9, 1), 0, "doubled");
             assert_eq!(refund(&mut conn, &key, now - 5, 1), 0, "unknown");
         }
         assert_eq!(allow(&mut conn, "r:gone", now, 3), now);
         assert_eq!(refund(&mut conn, "r:gone", now, 3), 3);
-        assert_eq!(key_type(&mut conn, "r:gone"), "none", "{form}: an emptied window leaves no key");
+        assert_eq!(
+            key_type(&mut conn, "r:gone"),
+            "none",
+            "{form}: an emptied window leaves no key"
+        );
         wait_replicated(&primary, &replica);
         for k in 0..4 {
             let key = format!("r:{k}");
             assert_eq!(key_type(&mut replica_conn, &key), form);
             let dump = |c: &mut Connection| -> Vec<u8> { redis::cmd("DUMP").arg(&key).query(c).unwrap() };
-            assert_eq!(dump(&mut conn), dump(&mut replica_conn), "{form} {key}: the same window");
+            assert_eq!(
+                dump(&mut conn),
+                dump(&mut replica_conn),
+                "{form} {key}: the same window"
+            );
             if form == "zset" {
-                assert_eq!(entries(&mut conn, &key), entries(&mut replica_conn, &key), "{key}: the same members");
+                assert_eq!(
+                    entries(&mut conn, &key),
+                    entries(&mut replica_conn, &key),
+                    "{key}: the same members"
+                );
             }
             if at_least_7_0() {
                 let expire_at = |c: &mut Connection| -> i64 { redis::cmd("PEXPIRETIME").arg(&key).query(c).unwrap() };
-                assert_eq!(expire_at(&mut conn), expire_at(&mut replica_conn), "{form} {key}: the same expiry");
+                assert_eq!(
+                    expire_at(&mut conn),
+                    expire_at(&mut replica_conn),
+                    "{form} {key}: the same expiry"
+                );
             }
         }
-        assert_eq!(key_type(&mut replica_conn, "r:gone"), "none", "{form}: the replica deleted the emptied window too");
+        assert_eq!(
+            key_type(&mut replica_conn, "r:gone"),
+            "none",
+            "{form}: the replica deleted the emptied window too"
+        );
         let ran = commands_run(&mut replica_conn);
         for command in ["xcloak.allow", "xcloak.refund"] {
-            assert!(!ran.contains(&command.to_string()), "{form}: the replica ran {command}: {ran:?}");
+            assert!(
+                !ran.contains(&command.to_string()),
+                "{form}: the replica ran {command}: {ran:?}"
+            );
         }
         let effect = if form == "zset" { "zrem" } else { "xcloak.apply" };
-        assert!(ran.contains(&effect.to_string()), "{form}: the replica got no {effect}: {ran:?}");
+        assert!(
+            ran.contains(&effect.to_string()),
+            "{form}: the replica got no {effect}: {ran:?}"
+        );
     }
 }
 
@@ -200,9 +291,22 @@ fn a_refund_leaves_the_expiry_and_the_rest_alone() {
         let mut conn = server.client();
         let now = 1_732_941_234_567i64;
         for (at, cost) in [(now, 2), (now + 10, 3), (now + 20, 1)] {
-            let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("k").arg(1000).arg(10).arg("NOW").arg(at).arg("COST").arg(cost).query(&mut conn).unwrap();
+            let _: i64 = redis::cmd("XCLOAK.ALLOW")
+                .arg("k")
+                .arg(1000)
+                .arg(10)
+                .arg("NOW")
+                .arg(at)
+                .arg("COST")
+                .arg(cost)
+                .query(&mut conn)
+                .unwrap();
         }
-        let _: i64 = redis::cmd("PEXPIREAT").arg("k").arg(4_000_000_000_000i64).query(&mut conn).unwrap();
+        let _: i64 = redis::cmd("PEXPIREAT")
+            .arg("k")
+            .arg(4_000_000_000_000i64)
+            .query(&mut conn)
+            .unwrap();
         let mut events = server.client();
         let mut pubsub = events.as_pubsub();
         pubsub.subscribe("__keyspace@0__:k").unwrap();
@@ -210,9 +314,18 @@ fn a_refund_leaves_the_expiry_and_the_rest_alone() {
         // The entries from `now` are expired for any window ending after now + 1000:
         // a refund still finds them (no trim), and removes nothing else.
         let refund = |conn: &mut Connection, stamp: i64, cost: i64| -> i64 {
-            redis::cmd("XCLOAK.REFUND").arg("k").arg(stamp).arg("COST").arg(cost).query(conn).unwrap()
+            redis::cmd("XCLOAK.REFUND")
+                .arg("k")
+                .arg(stamp)
+                .arg("COST")
+                .arg(cost)
+                .query(conn)
+                .unwrap()
         };
-        let refunded_before: i64 = info_field(&mut conn, "xcloak", "xcloak_refunded").unwrap().parse().unwrap();
+        let refunded_before: i64 = info_field(&mut conn, "xcloak", "xcloak_refunded")
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(refund(&mut conn, now + 10, 2), 2);
         assert_eq!(stored_stamps(&mut conn, "k"), [now, now, now + 10, now + 20]);
         let pttl: i64 = redis::cmd("PTTL").arg("k").query(&mut conn).unwrap();
@@ -225,7 +338,10 @@ fn a_refund_leaves_the_expiry_and_the_rest_alone() {
             refund(&mut conn, stamp, cost);
         }
         assert_eq!(key_type(&mut conn, "k"), "none");
-        let refunded: i64 = info_field(&mut conn, "xcloak", "xcloak_refunded").unwrap().parse().unwrap();
+        let refunded: i64 = info_field(&mut conn, "xcloak", "xcloak_refunded")
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(refunded - refunded_before, 6, "INFO xcloak counts refunded entries");
         let mut seen = Vec::new();
         while seen.len() < 5 {

@@ -32,7 +32,11 @@ impl Rng {
 
 fn replicate_from(replica: &Server, primary: &Server) {
     let mut conn = replica.client();
-    let reply: String = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port).query(&mut conn).unwrap();
+    let reply: String = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary.port)
+        .query(&mut conn)
+        .unwrap();
     assert!(reply.starts_with("OK"), "REPLICAOF: {reply}");
     let up = eventually(Duration::from_secs(30), || {
         info_field(&mut conn, "replication", "master_link_status").as_deref() == Some("up")
@@ -86,7 +90,9 @@ fn replica_receives_exact_effects_and_never_runs_the_command() {
     // of 0, 1, a third of the window, window + 1, and back.
     const NOW_KEYS: usize = 40;
     let mut clocks: Vec<i64> = (0..NOW_KEYS).map(|k| 1_700_000_000_000 + k as i64 * 7_919).collect();
-    let windows: Vec<i64> = (0..NOW_KEYS).map(|k| [60_000, 600_000, 3_600_000, DAY_MS][k % 4]).collect();
+    let windows: Vec<i64> = (0..NOW_KEYS)
+        .map(|k| [60_000, 600_000, 3_600_000, DAY_MS][k % 4])
+        .collect();
     let mut calls = 0usize;
     let mut with_now = 0usize;
     for _batch in 0..20 {
@@ -106,12 +112,24 @@ fn replica_receives_exact_effects_and_never_runs_the_command() {
                 };
                 let limit = rng.below(12) as i64;
                 let cost = if rng.below(5) == 0 { 1 + rng.below(4) as i64 } else { 1 };
-                pipe.cmd("XCLOAK.ALLOW").arg(format!("now:{k}")).arg(w).arg(limit).arg("COST").arg(cost).arg("NOW").arg(clocks[k]);
+                pipe.cmd("XCLOAK.ALLOW")
+                    .arg(format!("now:{k}"))
+                    .arg(w)
+                    .arg(limit)
+                    .arg("COST")
+                    .arg(cost)
+                    .arg("NOW")
+                    .arg(clocks[k]);
                 with_now += 1;
             } else if kind < 9 {
                 // Server clock, long window: admissions, then rejections.
                 let k = rng.below(20);
-                pipe.cmd("XCLOAK.ALLOW").arg(format!("clock:{k}")).arg(600_000).arg(1 + k as i64).arg("COST").arg(1 + rng.below(2) as i64);
+                pipe.cmd("XCLOAK.ALLOW")
+                    .arg(format!("clock:{k}"))
+                    .arg(600_000)
+                    .arg(1 + k as i64)
+                    .arg("COST")
+                    .arg(1 + rng.below(2) as i64);
             } else {
                 // Server clock, 5 ms window: trims in real time, keys expire soon.
                 let k = rng.below(30);
@@ -125,11 +143,35 @@ fn replica_receives_exact_effects_and_never_runs_the_command() {
 
     // Same millisecond past the compact member form (k >= 1000), via COST.
     for _ in 0..3 {
-        assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "burst", "600000", "100000", "COST", "500", "NOW", "1700000000000"]), 1);
+        assert_eq!(
+            int(
+                &mut conn,
+                &[
+                    "XCLOAK.ALLOW",
+                    "burst",
+                    "600000",
+                    "100000",
+                    "COST",
+                    "500",
+                    "NOW",
+                    "1700000000000"
+                ]
+            ),
+            1
+        );
     }
     // A window emptied by a later call: the key must vanish on both sides.
-    assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "emptied", "1000", "5", "COST", "3", "NOW", "1000"]), 1);
-    assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "emptied", "1000", "0", "NOW", "2000"]), 0);
+    assert_eq!(
+        int(
+            &mut conn,
+            &["XCLOAK.ALLOW", "emptied", "1000", "5", "COST", "3", "NOW", "1000"]
+        ),
+        1
+    );
+    assert_eq!(
+        int(&mut conn, &["XCLOAK.ALLOW", "emptied", "1000", "0", "NOW", "2000"]),
+        0
+    );
     calls += 5;
     assert!(calls >= 3000 && with_now >= 1000, "{calls} calls, {with_now} with NOW");
 
@@ -141,7 +183,12 @@ fn replica_receives_exact_effects_and_never_runs_the_command() {
     let drained = eventually(Duration::from_secs(30), || {
         keys(&mut conn, "short:*").is_empty() && keys(&mut replica_conn, "short:*").is_empty()
     });
-    assert!(drained, "short-window keys left: primary {:?}, replica {:?}", keys(&mut conn, "short:*"), keys(&mut replica_conn, "short:*"));
+    assert!(
+        drained,
+        "short-window keys left: primary {:?}, replica {:?}",
+        keys(&mut conn, "short:*"),
+        keys(&mut replica_conn, "short:*")
+    );
     // KEYS hides keys that are logically expired but not yet deleted; touching
     // them makes the primary delete them now and replicate the DEL.
     let mut touch = redis::cmd("EXISTS");
@@ -155,10 +202,21 @@ fn replica_receives_exact_effects_and_never_runs_the_command() {
 
     let primary_keys = keys(&mut conn, "*");
     let dbsize = |c: &mut Connection| redis::cmd("DBSIZE").query::<usize>(c).unwrap();
-    assert_eq!(dbsize(&mut conn), primary_keys.len(), "no expired key left on the primary");
-    assert_eq!(dbsize(&mut replica_conn), primary_keys.len(), "no expired key left on the replica");
+    assert_eq!(
+        dbsize(&mut conn),
+        primary_keys.len(),
+        "no expired key left on the primary"
+    );
+    assert_eq!(
+        dbsize(&mut replica_conn),
+        primary_keys.len(),
+        "no expired key left on the replica"
+    );
     assert_eq!(keys(&mut replica_conn, "*"), primary_keys, "same key set");
-    assert!(!primary_keys.contains(&"emptied".to_string()), "an emptied window leaves no key");
+    assert!(
+        !primary_keys.contains(&"emptied".to_string()),
+        "an emptied window leaves no key"
+    );
     assert!(primary_keys.len() > 40, "{primary_keys:?}");
     let has_pexpiretime = at_least_7_0();
     let mut total_entries = 0;
@@ -171,7 +229,11 @@ fn replica_receives_exact_effects_and_never_runs_the_command() {
         }
         if has_pexpiretime {
             let expire_at = int(&mut conn, &["PEXPIRETIME", key]);
-            assert_eq!(int(&mut replica_conn, &["PEXPIRETIME", key]), expire_at, "{key}: absolute expiry");
+            assert_eq!(
+                int(&mut replica_conn, &["PEXPIRETIME", key]),
+                expire_at,
+                "{key}: absolute expiry"
+            );
         }
     }
     assert_eq!(entries(&mut conn, "burst").len(), 1500);
@@ -180,14 +242,28 @@ fn replica_receives_exact_effects_and_never_runs_the_command() {
 
     let on_primary = commandstats(&mut conn);
     let on_replica = commandstats(&mut replica_conn);
-    assert_eq!(calls_of(&on_primary, "xcloak.allow") as usize, calls, "primary ran every call: {on_primary:?}");
-    assert!(!on_replica.contains_key("xcloak.allow"), "the replica ran XCLOAK.ALLOW: {on_replica:?}");
+    assert_eq!(
+        calls_of(&on_primary, "xcloak.allow") as usize,
+        calls,
+        "primary ran every call: {on_primary:?}"
+    );
+    assert!(
+        !on_replica.contains_key("xcloak.allow"),
+        "the replica ran XCLOAK.ALLOW: {on_replica:?}"
+    );
     for effect in ["zadd", "zremrangebyscore", "pexpireat"] {
-        assert!(calls_of(&on_replica, effect) > 0, "the replica applied {effect}: {on_replica:?}");
+        assert!(
+            calls_of(&on_replica, effect) > 0,
+            "the replica applied {effect}: {on_replica:?}"
+        );
     }
 
     // A client cannot run it on the replica either (it is a write command).
-    let refused = redis::cmd("XCLOAK.ALLOW").arg("now:0").arg(1000).arg(10).query::<i64>(&mut replica_conn);
+    let refused = redis::cmd("XCLOAK.ALLOW")
+        .arg("now:0")
+        .arg(1000)
+        .arg(10)
+        .query::<i64>(&mut replica_conn);
     let error = refused.expect_err("a replica refuses a write command");
     assert_eq!(error.code(), Some("READONLY"), "{error}");
 }

@@ -55,7 +55,9 @@ impl W {
         match self {
             W::Is(expected) => expected == word,
             W::Between(lo, hi) => in_range(word, *lo, *hi),
-            W::PrefixBetween(prefix, lo, hi) => word.strip_prefix(prefix.as_str()).is_some_and(|rest| in_range(rest, *lo, *hi)),
+            W::PrefixBetween(prefix, lo, hi) => word
+                .strip_prefix(prefix.as_str())
+                .is_some_and(|rest| in_range(rest, *lo, *hi)),
             W::NonEmpty => !word.is_empty(),
         }
     }
@@ -94,7 +96,10 @@ struct Effect {
 
 impl Effect {
     fn on(key: &str) -> Effect {
-        Effect { key: key.to_string(), ..Effect::default() }
+        Effect {
+            key: key.to_string(),
+            ..Effect::default()
+        }
     }
     fn trim(mut self, cutoff: i64) -> Effect {
         self.trim = Some(cutoff);
@@ -190,7 +195,14 @@ fn framed(body: Expected, frame: Frame) -> Expected {
 fn matches(expected: &Expected, got: &[Vec<String>]) -> bool {
     expected.len() == got.len()
         && expected.iter().zip(got).all(|(e, g)| {
-            e.len() == g.len() && e.iter().zip(g).enumerate().all(|(i, (w, word))| if i == 0 { w.matches(&word.to_ascii_uppercase()) } else { w.matches(word) })
+            e.len() == g.len()
+                && e.iter().zip(g).enumerate().all(|(i, (w, word))| {
+                    if i == 0 {
+                        w.matches(&word.to_ascii_uppercase())
+                    } else {
+                        w.matches(word)
+                    }
+                })
         })
 }
 
@@ -229,7 +241,13 @@ struct Pinned {
 impl Pinned {
     fn new(server: &Server, form: Form) -> Pinned {
         let stream = ReplicationStream::attach(server.port);
-        let mut pinned = Pinned { form, conn: server.client(), stream, marks: 0, checked: 0 };
+        let mut pinned = Pinned {
+            form,
+            conn: server.client(),
+            stream,
+            marks: 0,
+            checked: 0,
+        };
         pinned.settle();
         pinned
     }
@@ -270,23 +288,67 @@ fn pin_every_case(server: &Server, form: Form) {
     };
 
     // An admission on a new key: the entry and the expiry.
-    let (before, after) = bracket(&mut p, &mut |c| assert_eq!(allow(c, &["a", "60000", "5", "NOW", &T.to_string()]), redis::Value::Int(1)));
-    p.check("admission", framed(Effect::on("a").add(T, 0, 1).expire((before + ttl, after + ttl)).commands(form), Frame::Call));
+    let (before, after) = bracket(&mut p, &mut |c| {
+        assert_eq!(
+            allow(c, &["a", "60000", "5", "NOW", &T.to_string()]),
+            redis::Value::Int(1)
+        )
+    });
+    p.check(
+        "admission",
+        framed(
+            Effect::on("a")
+                .add(T, 0, 1)
+                .expire((before + ttl, after + ttl))
+                .commands(form),
+            Frame::Call,
+        ),
+    );
 
     // An admission on a key whose expiry is still far: the entry alone.
     call(&mut p.conn, &["PEXPIRE", "a", "100000000"]);
     p.settle();
     allow(&mut p.conn, &["a", "60000", "5", "NOW", &(T + 1).to_string()]);
-    allow(&mut p.conn, &["a", "60000", "5", "NOW", &(T + 1).to_string(), "DETAILS", "STAMP"]);
-    let body = [Effect::on("a").add(T + 1, 0, 1).commands(form), Effect::on("a").add(T + 1, 1, 1).commands(form)];
+    allow(
+        &mut p.conn,
+        &["a", "60000", "5", "NOW", &(T + 1).to_string(), "DETAILS", "STAMP"],
+    );
+    let body = [
+        Effect::on("a").add(T + 1, 0, 1).commands(form),
+        Effect::on("a").add(T + 1, 1, 1).commands(form),
+    ];
     let expected: Expected = body.into_iter().flat_map(|b| framed(b, Frame::Call)).collect();
     p.check("admission, expiry not re-armed", expected);
 
     // COST and TIER: the entries at one stamp; the TTL follows the longest window.
     let (before, after) = bracket(&mut p, &mut |c| {
-        allow(c, &["c", "1000", "10", "TIER", "60000", "20", "COST", "3", "NOW", &T.to_string(), "DETAILS"]);
+        allow(
+            c,
+            &[
+                "c",
+                "1000",
+                "10",
+                "TIER",
+                "60000",
+                "20",
+                "COST",
+                "3",
+                "NOW",
+                &T.to_string(),
+                "DETAILS",
+            ],
+        );
     });
-    p.check("COST 3 with a TIER", framed(Effect::on("c").add(T, 0, 3).expire((before + ttl, after + ttl)).commands(form), Frame::Call));
+    p.check(
+        "COST 3 with a TIER",
+        framed(
+            Effect::on("c")
+                .add(T, 0, 3)
+                .expire((before + ttl, after + ttl))
+                .commands(form),
+            Frame::Call,
+        ),
+    );
 
     // A rejection, in every reply shape, and PEEKs: nothing.
     for _ in 0..2 {
@@ -294,14 +356,33 @@ fn pin_every_case(server: &Server, form: Form) {
     }
     p.settle();
     let later = (T + 5).to_string();
-    assert_eq!(allow(&mut p.conn, &["r", "60000", "2", "NOW", &later]), redis::Value::Int(0));
+    assert_eq!(
+        allow(&mut p.conn, &["r", "60000", "2", "NOW", &later]),
+        redis::Value::Int(0)
+    );
     allow(&mut p.conn, &["r", "60000", "2", "NOW", &later, "DETAILS"]);
     allow(&mut p.conn, &["r", "60000", "2", "NOW", &later, "STAMP"]);
-    allow(&mut p.conn, &["r", "60000", "2", "TIER", "1000", "1", "NOW", &later, "COST", "2"]);
+    allow(
+        &mut p.conn,
+        &["r", "60000", "2", "TIER", "1000", "1", "NOW", &later, "COST", "2"],
+    );
     allow(&mut p.conn, &["never", "60000", "0"]);
     p.check("rejections", Vec::new());
     call(&mut p.conn, &["XCLOAK.PEEK", "r", "60000", "2", "NOW", &later]);
-    call(&mut p.conn, &["XCLOAK.PEEK", "r", "1000", "2", "TIER", "60000", "9", "NOW", &(T + 999_999).to_string()]);
+    call(
+        &mut p.conn,
+        &[
+            "XCLOAK.PEEK",
+            "r",
+            "1000",
+            "2",
+            "TIER",
+            "60000",
+            "9",
+            "NOW",
+            &(T + 999_999).to_string(),
+        ],
+    );
     call(&mut p.conn, &["XCLOAK.PEEK", "nothing-here", "60000", "2"]);
     p.check("PEEKs", Vec::new());
 
@@ -310,9 +391,15 @@ fn pin_every_case(server: &Server, form: Form) {
     allow(&mut p.conn, &["f", "60000", "5", "NOW", &T.to_string(), "COST", "3"]);
     p.settle();
     call(&mut p.conn, &["XCLOAK.REFUND", "f", &T.to_string(), "COST", "2"]);
-    p.check("refund", framed(Effect::on("f").remove(T, &[2, 1]).commands(form), Frame::Call));
+    p.check(
+        "refund",
+        framed(Effect::on("f").remove(T, &[2, 1]).commands(form), Frame::Call),
+    );
     call(&mut p.conn, &["XCLOAK.REFUND", "f", &T.to_string(), "COST", "5"]);
-    p.check("refund emptying the window", framed(Effect::on("f").remove(T, &[0]).commands(form), Frame::Call));
+    p.check(
+        "refund emptying the window",
+        framed(Effect::on("f").remove(T, &[0]).commands(form), Frame::Call),
+    );
     call(&mut p.conn, &["XCLOAK.REFUND", "f", &T.to_string()]);
     call(&mut p.conn, &["XCLOAK.REFUND", "r", &(T + 7).to_string()]);
     p.check("refunds that find nothing", Vec::new());
@@ -320,8 +407,14 @@ fn pin_every_case(server: &Server, form: Form) {
     // A trim that empties a window, in a rejected call: the trim alone.
     allow(&mut p.conn, &["e", "1000", "5", "NOW", &T.to_string(), "COST", "2"]);
     p.settle();
-    assert_eq!(allow(&mut p.conn, &["e", "1000", "0", "NOW", &(T + 5000).to_string()]), redis::Value::Int(0));
-    p.check("trim emptying a window", framed(Effect::on("e").trim(T + 4000).commands(form), Frame::Call));
+    assert_eq!(
+        allow(&mut p.conn, &["e", "1000", "0", "NOW", &(T + 5000).to_string()]),
+        redis::Value::Int(0)
+    );
+    p.check(
+        "trim emptying a window",
+        framed(Effect::on("e").trim(T + 4000).commands(form), Frame::Call),
+    );
     assert_eq!(call(&mut p.conn, &["EXISTS", "e"]), redis::Value::Int(0));
 
     // A trim, then an admission into the emptied key (a new expiry).
@@ -333,7 +426,14 @@ fn pin_every_case(server: &Server, form: Form) {
     let ttl_second = 1000 + 1000;
     p.check(
         "trim then admission",
-        framed(Effect::on("g").trim(T + 500).add(T + 1500, 0, 1).expire((before + ttl_second, after + ttl_second)).commands(form), Frame::Call),
+        framed(
+            Effect::on("g")
+                .trim(T + 500)
+                .add(T + 1500, 0, 1)
+                .expire((before + ttl_second, after + ttl_second))
+                .commands(form),
+            Frame::Call,
+        ),
     );
 
     // CONVERT: DEL, the other form's content, PEXPIREAT of the same expiry.
@@ -344,25 +444,40 @@ fn pin_every_case(server: &Server, form: Form) {
     match form {
         Form::Zset => {
             // No compact type on this server: refused, or already a sorted set.
-            let refused = redis::cmd("XCLOAK.CONVERT").arg("v").arg("COMPACT").query::<i64>(&mut p.conn);
+            let refused = redis::cmd("XCLOAK.CONVERT")
+                .arg("v")
+                .arg("COMPACT")
+                .query::<i64>(&mut p.conn);
             assert!(refused.is_err());
-            assert_eq!(call(&mut p.conn, &["XCLOAK.CONVERT", "v", "ZSET"]), redis::Value::Int(0));
+            assert_eq!(
+                call(&mut p.conn, &["XCLOAK.CONVERT", "v", "ZSET"]),
+                redis::Value::Int(0)
+            );
             p.check("convert refused or a no-op", Vec::new());
         }
         Form::Compact => {
-            assert_eq!(call(&mut p.conn, &["XCLOAK.CONVERT", "v", "ZSET"]), redis::Value::Int(1));
+            assert_eq!(
+                call(&mut p.conn, &["XCLOAK.CONVERT", "v", "ZSET"]),
+                redis::Value::Int(1)
+            );
             let mut to_zset = vec![vec![is("DEL"), is("v")]];
             to_zset.extend(Effect::on("v").add(T, 0, 2).commands(Form::Zset));
             to_zset.push(vec![is("PEXPIREAT"), is("v"), expiry.clone()]);
             p.check("convert to a sorted set", framed(to_zset, Frame::Call));
-            assert_eq!(call(&mut p.conn, &["XCLOAK.CONVERT", "v", "COMPACT"]), redis::Value::Int(1));
+            assert_eq!(
+                call(&mut p.conn, &["XCLOAK.CONVERT", "v", "COMPACT"]),
+                redis::Value::Int(1)
+            );
             let to_compact = vec![
                 vec![is("DEL"), is("v")],
                 vec![is("XCLOAK.APPLY"), is("v"), is("L"), W::NonEmpty],
                 vec![is("PEXPIREAT"), is("v"), expiry.clone()],
             ];
             p.check("convert to the compact form", framed(to_compact, Frame::Call));
-            assert_eq!(call(&mut p.conn, &["XCLOAK.CONVERT", "v", "COMPACT"]), redis::Value::Int(0));
+            assert_eq!(
+                call(&mut p.conn, &["XCLOAK.CONVERT", "v", "COMPACT"]),
+                redis::Value::Int(0)
+            );
             p.check("convert to the same form", Vec::new());
         }
     }
@@ -376,17 +491,47 @@ fn pin_every_case(server: &Server, form: Form) {
     let (before, after) = bracket(&mut p, &mut |c| {
         let _: redis::Value = redis::pipe()
             .atomic()
-            .cmd("XCLOAK.ALLOW").arg("m:new").arg(MINUTE).arg(1).arg("NOW").arg(&t) // admitted
-            .cmd("XCLOAK.ALLOW").arg("m:new").arg(MINUTE).arg(1).arg("NOW").arg(&t) // rejected
-            .cmd("XCLOAK.PEEK").arg("m:full").arg(MINUTE).arg(2).arg("NOW").arg(&t)
-            .cmd("XCLOAK.ALLOW").arg("m:full").arg(MINUTE).arg(2).arg("NOW").arg(&t) // rejected
-            .cmd("XCLOAK.REFUND").arg("m:full").arg(&t) // slot 1
-            .cmd("XCLOAK.ALLOW").arg("m:trim").arg(1000).arg(0).arg("NOW").arg(T + 5000) // trim empties
+            .cmd("XCLOAK.ALLOW")
+            .arg("m:new")
+            .arg(MINUTE)
+            .arg(1)
+            .arg("NOW")
+            .arg(&t) // admitted
+            .cmd("XCLOAK.ALLOW")
+            .arg("m:new")
+            .arg(MINUTE)
+            .arg(1)
+            .arg("NOW")
+            .arg(&t) // rejected
+            .cmd("XCLOAK.PEEK")
+            .arg("m:full")
+            .arg(MINUTE)
+            .arg(2)
+            .arg("NOW")
+            .arg(&t)
+            .cmd("XCLOAK.ALLOW")
+            .arg("m:full")
+            .arg(MINUTE)
+            .arg(2)
+            .arg("NOW")
+            .arg(&t) // rejected
+            .cmd("XCLOAK.REFUND")
+            .arg("m:full")
+            .arg(&t) // slot 1
+            .cmd("XCLOAK.ALLOW")
+            .arg("m:trim")
+            .arg(1000)
+            .arg(0)
+            .arg("NOW")
+            .arg(T + 5000) // trim empties
             .query(c)
             .unwrap();
     });
     let body: Expected = [
-        Effect::on("m:new").add(T, 0, 1).expire((before + ttl, after + ttl)).commands(form),
+        Effect::on("m:new")
+            .add(T, 0, 1)
+            .expire((before + ttl, after + ttl))
+            .commands(form),
         Effect::on("m:full").remove(T, &[1]).commands(form),
         Effect::on("m:trim").trim(T + 4000).commands(form),
     ]
@@ -395,12 +540,32 @@ fn pin_every_case(server: &Server, form: Form) {
     // A transaction whose calls change nothing.
     let _: redis::Value = redis::pipe()
         .atomic()
-        .cmd("XCLOAK.ALLOW").arg("m:new").arg(MINUTE).arg(1).arg("NOW").arg(&t)
-        .cmd("XCLOAK.PEEK").arg("m:new").arg(MINUTE).arg(1).arg("NOW").arg(&t)
+        .cmd("XCLOAK.ALLOW")
+        .arg("m:new")
+        .arg(MINUTE)
+        .arg(1)
+        .arg("NOW")
+        .arg(&t)
+        .cmd("XCLOAK.PEEK")
+        .arg("m:new")
+        .arg(MINUTE)
+        .arg(1)
+        .arg("NOW")
+        .arg(&t)
         .query(&mut p.conn)
         .unwrap();
-    p.check("MULTI/EXEC of a rejection and a PEEK", framed(Vec::new(), Frame::Transaction));
-    let _: redis::Value = redis::pipe().atomic().cmd("XCLOAK.PEEK").arg("m:new").arg(MINUTE).arg(1).query(&mut p.conn).unwrap();
+    p.check(
+        "MULTI/EXEC of a rejection and a PEEK",
+        framed(Vec::new(), Frame::Transaction),
+    );
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("XCLOAK.PEEK")
+        .arg("m:new")
+        .arg(MINUTE)
+        .arg(1)
+        .query(&mut p.conn)
+        .unwrap();
     p.check("MULTI/EXEC of a PEEK", Vec::new());
 
     // EVAL: the same calls from a script.
@@ -414,21 +579,37 @@ fn pin_every_case(server: &Server, form: Form) {
         out[5] = redis.call('XCLOAK.ALLOW', KEYS[3], 1000, 0, 'NOW', t + 5000)
         return out";
     let scripted = |p: &mut Pinned, prefix: &str, run: &mut dyn FnMut(&mut Connection, [String; 3])| {
-        let keys = [format!("{prefix}:new"), format!("{prefix}:full"), format!("{prefix}:trim")];
+        let keys = [
+            format!("{prefix}:new"),
+            format!("{prefix}:full"),
+            format!("{prefix}:trim"),
+        ];
         for key in &keys[1..] {
-            allow(&mut p.conn, &[key.as_str(), "60000", "5", "NOW", &T.to_string(), "COST", "2"]);
+            allow(
+                &mut p.conn,
+                &[key.as_str(), "60000", "5", "NOW", &T.to_string(), "COST", "2"],
+            );
         }
         p.settle();
         let (before, after) = bracket(p, &mut |c| run(c, keys.clone()));
         [
-            Effect::on(&keys[0]).add(T, 0, 1).expire((before + ttl, after + ttl)).commands(form),
+            Effect::on(&keys[0])
+                .add(T, 0, 1)
+                .expire((before + ttl, after + ttl))
+                .commands(form),
             Effect::on(&keys[1]).remove(T, &[1]).commands(form),
             Effect::on(&keys[2]).trim(T + 4000).commands(form),
         ]
         .concat()
     };
     let body = scripted(&mut p, "s", &mut |c, keys| {
-        let reply: Vec<redis::Value> = redis::cmd("EVAL").arg(SCRIPT).arg(3).arg(&keys).arg(T).query(c).unwrap();
+        let reply: Vec<redis::Value> = redis::cmd("EVAL")
+            .arg(SCRIPT)
+            .arg(3)
+            .arg(&keys)
+            .arg(T)
+            .query(c)
+            .unwrap();
         assert_eq!(reply.len(), 5);
     });
     p.check("EVAL", framed(body, Frame::Script));
@@ -447,28 +628,59 @@ fn pin_every_case(server: &Server, form: Form) {
              redis.register_function('pin', function(KEYS, ARGV) {SCRIPT} end)\n\
              redis.register_function{{function_name='peek', callback=function(KEYS, ARGV) return redis.call('XCLOAK.PEEK', KEYS[1], 60000, 1) end, flags={{'no-writes'}}}}"
         );
-        let _: String = redis::cmd("FUNCTION").arg("LOAD").arg(&library).query(&mut p.conn).unwrap();
+        let _: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg(&library)
+            .query(&mut p.conn)
+            .unwrap();
         p.settle();
         let body = scripted(&mut p, "fn", &mut |c, keys| {
-            let reply: Vec<redis::Value> = redis::cmd("FCALL").arg("pin").arg(3).arg(&keys).arg(T).query(c).unwrap();
+            let reply: Vec<redis::Value> = redis::cmd("FCALL")
+                .arg("pin")
+                .arg(3)
+                .arg(&keys)
+                .arg(T)
+                .query(c)
+                .unwrap();
             assert_eq!(reply.len(), 5);
         });
         p.check("FCALL", framed(body, Frame::Script));
-        let _: redis::Value = redis::cmd("FCALL_RO").arg("peek").arg(1).arg("fn:new").query(&mut p.conn).unwrap();
-        let _: redis::Value = redis::cmd("EVAL_RO").arg("return redis.call('XCLOAK.PEEK', KEYS[1], 60000, 1)").arg(1).arg("fn:new").query(&mut p.conn).unwrap();
+        let _: redis::Value = redis::cmd("FCALL_RO")
+            .arg("peek")
+            .arg(1)
+            .arg("fn:new")
+            .query(&mut p.conn)
+            .unwrap();
+        let _: redis::Value = redis::cmd("EVAL_RO")
+            .arg("return redis.call('XCLOAK.PEEK', KEYS[1], 60000, 1)")
+            .arg(1)
+            .arg("fn:new")
+            .query(&mut p.conn)
+            .unwrap();
         p.check("FCALL_RO and EVAL_RO of a PEEK", Vec::new());
     }
 
     // Nothing but effects ever reached the stream.
     for command in &p.stream.all {
         let name = command[0].to_ascii_uppercase();
-        assert!(!name.starts_with("XCLOAK.") || name == "XCLOAK.APPLY", "{name} reached the stream: {command:?}");
+        assert!(
+            !name.starts_with("XCLOAK.") || name == "XCLOAK.APPLY",
+            "{name} reached the stream: {command:?}"
+        );
     }
     if form == Form::Zset {
-        assert!(p.stream.all.iter().all(|c| !c[0].eq_ignore_ascii_case("XCLOAK.APPLY")), "a sorted-set window replicated a compact effect");
+        assert!(
+            p.stream.all.iter().all(|c| !c[0].eq_ignore_ascii_case("XCLOAK.APPLY")),
+            "a sorted-set window replicated a compact effect"
+        );
     }
     assert_eq!(p.stream.db, Some(0), "the stream selected database 0");
-    eprintln!("{form:?} form: {} cases pinned, {} commands read, {} PINGs dropped", p.checked, p.stream.all.len(), p.stream.pings);
+    eprintln!(
+        "{form:?} form: {} cases pinned, {} commands read, {} PINGs dropped",
+        p.checked,
+        p.stream.all.len(),
+        p.stream.pings
+    );
 }
 
 fn primary(config: ServerConfig) -> Server {

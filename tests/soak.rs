@@ -56,7 +56,10 @@ fn read_line(reader: &mut impl BufRead) -> Vec<u8> {
 }
 
 fn number(bytes: &[u8]) -> i64 {
-    std::str::from_utf8(bytes).unwrap().parse().unwrap_or_else(|_| panic!("not a number: {bytes:?}"))
+    std::str::from_utf8(bytes)
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("not a number: {bytes:?}"))
 }
 
 /// Connects as a replica with `SYNC`, skips the RDB payload, then collects
@@ -73,7 +76,12 @@ fn follow_replication(port: u16, ready: Arc<Barrier>) -> Stream {
             break line;
         }
     };
-    assert_eq!(header[0], b'$', "unexpected SYNC reply {:?}", String::from_utf8_lossy(&header));
+    assert_eq!(
+        header[0],
+        b'$',
+        "unexpected SYNC reply {:?}",
+        String::from_utf8_lossy(&header)
+    );
     let length = number(&header[1..]) as u64;
     std::io::copy(&mut (&mut reader).take(length), &mut std::io::sink()).unwrap();
     ready.wait();
@@ -84,7 +92,12 @@ fn follow_replication(port: u16, ready: Arc<Barrier>) -> Stream {
         if line.is_empty() {
             continue;
         }
-        assert_eq!(line[0], b'*', "unexpected line in the stream: {:?}", String::from_utf8_lossy(&line));
+        assert_eq!(
+            line[0],
+            b'*',
+            "unexpected line in the stream: {:?}",
+            String::from_utf8_lossy(&line)
+        );
         let words: Vec<Vec<u8>> = (0..number(&line[1..]))
             .map(|_| {
                 let header = read_line(&mut reader);
@@ -134,7 +147,9 @@ fn read_reply(reader: &mut impl BufRead, line: &mut Vec<u8>) -> Vec<i64> {
     let text = std::str::from_utf8(&line[1..line.len() - 2]).unwrap().to_string();
     match line[0] {
         b':' => vec![text.parse().unwrap()],
-        b'*' => (0..text.parse::<usize>().unwrap()).map(|_| read_reply(reader, line)[0]).collect(),
+        b'*' => (0..text.parse::<usize>().unwrap())
+            .map(|_| read_reply(reader, line)[0])
+            .collect(),
         _ => panic!("unexpected reply {:?}", String::from_utf8_lossy(line)),
     }
 }
@@ -152,7 +167,10 @@ fn client_loop(port: u16, id: usize, start: Arc<Barrier>, stop: Arc<AtomicBool>)
     let mut writer = socket.try_clone().unwrap();
     let mut reader = BufReader::new(socket);
     let (mut out, mut line, mut sent) = (Vec::new(), Vec::new(), Vec::with_capacity(DEPTH));
-    let mut tally = Tally { admitted_units: vec![0; KEYS], ..Tally::default() };
+    let mut tally = Tally {
+        admitted_units: vec![0; KEYS],
+        ..Tally::default()
+    };
     let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (id as u64).wrapping_mul(0x2545_F491_4F6C_DD1D);
     let mut next = move || {
         rng ^= rng << 13;
@@ -167,7 +185,11 @@ fn client_loop(port: u16, id: usize, start: Arc<Barrier>, stop: Arc<AtomicBool>)
         for _ in 0..DEPTH {
             let r = next();
             // A fifth of the calls hammer ten hot keys; the rest spread over all.
-            let key = if r % 5 == 0 { (r >> 8) as usize % 10 } else { (r >> 8) as usize % KEYS };
+            let key = if r % 5 == 0 {
+                (r >> 8) as usize % 10
+            } else {
+                (r >> 8) as usize % KEYS
+            };
             let (limit, window) = shape(key);
             let (name, limit_text, window_text) = (key_name(key), limit.to_string(), window.to_string());
             let kind = match (r >> 40) % 10 {
@@ -178,7 +200,15 @@ fn client_loop(port: u16, id: usize, start: Arc<Barrier>, stop: Arc<AtomicBool>)
             match kind {
                 Kind::Details(cost) => push_command(
                     &mut out,
-                    &["XCLOAK.ALLOW", &name, &window_text, &limit_text, "COST", &cost.to_string(), "DETAILS"],
+                    &[
+                        "XCLOAK.ALLOW",
+                        &name,
+                        &window_text,
+                        &limit_text,
+                        "COST",
+                        &cost.to_string(),
+                        "DETAILS",
+                    ],
                 ),
                 Kind::Peek => push_command(&mut out, &["XCLOAK.PEEK", &name, &window_text, &limit_text]),
                 Kind::Plain => push_command(&mut out, &["XCLOAK.ALLOW", &name, &window_text, &limit_text]),
@@ -247,9 +277,13 @@ fn densest_window(scores: &mut [i64], window: i64) -> (usize, i64) {
 
 #[test]
 fn two_hundred_connections_for_thirty_seconds_never_exceed_any_window() {
-    let mut config = ServerConfig::default().arg("repl-diskless-sync", "no").arg("maxclients", "1000");
+    let mut config = ServerConfig::default()
+        .arg("repl-diskless-sync", "no")
+        .arg("maxclients", "1000");
     // No output-buffer limit for the stream reader (separate words: 6.2 does not split one).
-    config.extra.extend(["--client-output-buffer-limit", "replica", "0", "0", "0"].map(String::from));
+    config
+        .extra
+        .extend(["--client-output-buffer-limit", "replica", "0", "0", "0"].map(String::from));
     let server = config.start();
 
     let replica_ready = Arc::new(Barrier::new(2));
@@ -274,7 +308,10 @@ fn two_hundred_connections_for_thirty_seconds_never_exceed_any_window() {
     let began = Instant::now();
     std::thread::sleep(DURATION);
     stop.store(true, Ordering::Relaxed);
-    let tallies: Vec<Tally> = workers.into_iter().map(|w| w.join().expect("a client thread failed")).collect();
+    let tallies: Vec<Tally> = workers
+        .into_iter()
+        .map(|w| w.join().expect("a client thread failed"))
+        .collect();
     let elapsed = began.elapsed();
 
     let mut conn = server.client();
@@ -299,7 +336,10 @@ fn two_hundred_connections_for_thirty_seconds_never_exceed_any_window() {
         calls as f64 / elapsed.as_secs_f64(),
         stream.bytes as f64 / 1e6
     );
-    assert!(admitted_calls > 1_000 && rejected_calls > 1_000, "the load reaches both outcomes");
+    assert!(
+        admitted_calls > 1_000 && rejected_calls > 1_000,
+        "the load reaches both outcomes"
+    );
 
     let mut failures = Vec::new();
     let mut checked_entries = 0usize;
@@ -308,18 +348,28 @@ fn two_hundred_connections_for_thirty_seconds_never_exceed_any_window() {
         let name = key_name(key);
         let announced = stream.entries.get(name.as_bytes()).map(Vec::as_slice).unwrap_or(&[]);
         if announced.len() as u64 != admitted_units[key] {
-            failures.push(format!("{name}: clients were admitted {} units, the stream added {}", admitted_units[key], announced.len()));
+            failures.push(format!(
+                "{name}: clients were admitted {} units, the stream added {}",
+                admitted_units[key],
+                announced.len()
+            ));
         }
         let members: HashSet<(&[u8], i64)> = announced.iter().map(|(m, s)| (m.as_slice(), *s)).collect();
         let unique: HashSet<&[u8]> = announced.iter().map(|(m, _)| m.as_slice()).collect();
         if unique.len() != announced.len() {
-            failures.push(format!("{name}: {} members added twice", announced.len() - unique.len()));
+            failures.push(format!(
+                "{name}: {} members added twice",
+                announced.len() - unique.len()
+            ));
         }
         let mut scores: Vec<i64> = announced.iter().map(|(_, s)| *s).collect();
         checked_entries += scores.len();
         let (worst, at) = densest_window(&mut scores, window);
         if worst > limit as usize {
-            failures.push(format!("{name}: {worst} entries in ({} , {at}] with limit {limit}", at - window));
+            failures.push(format!(
+                "{name}: {worst} entries in ({} , {at}] with limit {limit}",
+                at - window
+            ));
         }
         // What is still stored was announced, with the same score.
         for (member, score) in entries(&mut conn, &name) {
@@ -329,7 +379,12 @@ fn two_hundred_connections_for_thirty_seconds_never_exceed_any_window() {
         }
     }
     eprintln!("soak: checked {checked_entries} admitted entries over {KEYS} keys, every sliding window");
-    assert!(failures.is_empty(), "{} problems:\n{}", failures.len(), failures.iter().take(20).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} problems:\n{}",
+        failures.len(),
+        failures.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[test]

@@ -27,7 +27,12 @@ use redis::{Connection, Value};
 
 /// What one call left behind: its reply, then `PTTL` (as a class: -2 no key,
 /// -1 no expiry, 1 an expiry) and `EXISTS`.
-fn run(conn: &mut Connection, command: &redis::Cmd, key: &str, window: i64) -> Result<(Value, i64, i64), TestCaseError> {
+fn run(
+    conn: &mut Connection,
+    command: &redis::Cmd,
+    key: &str,
+    window: i64,
+) -> Result<(Value, i64, i64), TestCaseError> {
     let (reply, ttl, exists): (Value, i64, i64) = redis::pipe()
         .atomic()
         .add_command(command.clone())
@@ -63,7 +68,12 @@ fn check(zset: &mut Connection, compact: &mut Connection, key: &str, sequence: &
         if on_compact.2 == 1 {
             prop_assert_eq!(key_type(compact, key), "xcloaklog");
         }
-        prop_assert_eq!(stored_stamps(compact, key), stored_stamps(zset, key), "stored entries after {}", context);
+        prop_assert_eq!(
+            stored_stamps(compact, key),
+            stored_stamps(zset, key),
+            "stored entries after {}",
+            context
+        );
     }
     Ok(())
 }
@@ -74,12 +84,24 @@ fn compact_and_sorted_set_windows_answer_every_call_alike() {
     let compact_server = ServerConfig::compact().start();
     let zset = std::cell::RefCell::new(zset_server.client());
     let compact = std::cell::RefCell::new(compact_server.client());
-    let cases = std::env::var("XCLOAK_DIFF_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(128);
-    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let cases = std::env::var("XCLOAK_DIFF_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(128);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
     let case = std::cell::Cell::new(0u64);
     let result = runner.run(&sequence(), |sequence| {
         case.set(case.get() + 1);
-        check(&mut zset.borrow_mut(), &mut compact.borrow_mut(), &format!("diff:{}", case.get()), &sequence)
+        check(
+            &mut zset.borrow_mut(),
+            &mut compact.borrow_mut(),
+            &format!("diff:{}", case.get()),
+            &sequence,
+        )
     });
     if let Err(failure) = result {
         panic!("{failure}");
@@ -93,7 +115,12 @@ fn wrongtype_and_emptied_windows_alike() {
         let mut conn = server.client();
         let _: () = redis::cmd("SET").arg("s").arg("x").query(&mut conn).unwrap();
         for command in ["XCLOAK.ALLOW", "XCLOAK.PEEK"] {
-            let err = redis::cmd(command).arg("s").arg(1000).arg(5).query::<i64>(&mut conn).unwrap_err();
+            let err = redis::cmd(command)
+                .arg("s")
+                .arg(1000)
+                .arg(5)
+                .query::<i64>(&mut conn)
+                .unwrap_err();
             assert_eq!(err.code(), Some("WRONGTYPE"), "{command}: {err}");
         }
         assert_eq!(allow_at(&mut conn, "w", 100, 5, 1_000), 1);

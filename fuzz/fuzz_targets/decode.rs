@@ -30,11 +30,11 @@
 #[path = "../../src/args.rs"]
 mod args;
 #[allow(dead_code)]
-#[path = "../../src/window.rs"]
-mod window;
-#[allow(dead_code)]
 #[path = "../../src/store/encoding.rs"]
 mod encoding;
+#[allow(dead_code)]
+#[path = "../../src/window.rs"]
+mod window;
 
 use args::MAX_EXACT_MS;
 use encoding::{DecodeError, RunLog, MAX_ENTRIES};
@@ -90,7 +90,9 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // 2. A structured run: a log, then operations on it.
-    let Some((&flags, rest)) = data.split_first() else { return };
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
     let Some((&n, rest)) = rest.split_first() else { return };
     let version = if flags & 1 == 1 { Version::Runs } else { Version::Groups };
     let (log_bytes, ops) = rest.split_at(usize::from(n).min(rest.len()));
@@ -123,7 +125,11 @@ fuzz_target!(|data: &[u8]| {
             }
             1 | 2 => {
                 // Costs as callers send them: small, or up to what the window can still hold.
-                let cost = if kind & 0x80 != 0 { u64::from(pick) * 4_000_000 + 1 } else { u64::from(kind >> 3) + 1 };
+                let cost = if kind & 0x80 != 0 {
+                    u64::from(pick) * 4_000_000 + 1
+                } else {
+                    u64::from(kind >> 3) + 1
+                };
                 if total + cost > MAX_ENTRIES {
                     continue; // XCLOAK.APPLY and window.rs never record past MAX_ENTRIES
                 }
@@ -178,10 +184,19 @@ fuzz_target!(|data: &[u8]| {
             match decode(version, &bytes) {
                 Ok(decoded) => {
                     assert!(!model.is_empty());
-                    assert_eq!(check_canonical(&decoded, &bytes, version), model, "canonical bytes of {} runs", model.len());
+                    assert_eq!(
+                        check_canonical(&decoded, &bytes, version),
+                        model,
+                        "canonical bytes of {} runs",
+                        model.len()
+                    );
                 }
                 Err(e) => {
-                    assert!(model.is_empty(), "the canonical bytes of {} runs do not decode: {e}", model.len());
+                    assert!(
+                        model.is_empty(),
+                        "the canonical bytes of {} runs do not decode: {e}",
+                        model.len()
+                    );
                     assert_eq!(e, DecodeError::Empty);
                 }
             }

@@ -22,8 +22,14 @@ use libfuzzer_sys::fuzz_target;
 const MAX_LIMITS: [i64; 4] = [args::DEFAULT_MAX_LIMIT, 1, 50, args::MAX_LIMIT_CEILING];
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&selector, rest)) = data.split_first() else { return };
-    let command = if selector & 1 == 0 { Command::Allow } else { Command::Peek };
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let command = if selector & 1 == 0 {
+        Command::Allow
+    } else {
+        Command::Peek
+    };
     let max_limit = MAX_LIMITS[usize::from(selector >> 1) % MAX_LIMITS.len()];
     let argv: Vec<&[u8]> = rest.split(|&b| b == b'\n').collect();
 
@@ -42,7 +48,11 @@ fuzz_target!(|data: &[u8]| {
             }
             // One TIER keyword per tier after the first.
             let keywords = argv[4..].iter().filter(|w| w.eq_ignore_ascii_case(b"TIER")).count();
-            assert!(keywords >= request.tiers.len() - 1, "{keywords} TIER words, {} tiers", request.tiers.len());
+            assert!(
+                keywords >= request.tiers.len() - 1,
+                "{keywords} TIER words, {} tiers",
+                request.tiers.len()
+            );
             assert!((1..=MAX_COST).contains(&request.cost));
             if let Some(now) = request.now_ms {
                 assert!((0..=MAX_EXACT_MS).contains(&now));
@@ -55,9 +65,14 @@ fuzz_target!(|data: &[u8]| {
         Err(ArgError::Arity) => assert!(argv.len() < 4),
         Err(ArgError::Invalid(text)) => {
             assert!(argv.len() >= 4);
-            assert!(!text.contains('\r') && !text.contains('\n') && !text.contains('\0'), "{text:?}");
             assert!(
-                ["window ", "limit ", "COST ", "NOW ", "syntax error"].iter().any(|p| text.starts_with(p)),
+                !text.contains('\r') && !text.contains('\n') && !text.contains('\0'),
+                "{text:?}"
+            );
+            assert!(
+                ["window ", "limit ", "COST ", "NOW ", "syntax error"]
+                    .iter()
+                    .any(|p| text.starts_with(p)),
                 "error names no argument: {text:?}"
             );
             assert!(text.len() < 200, "error text too long: {}", text.len());

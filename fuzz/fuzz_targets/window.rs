@@ -69,7 +69,9 @@ impl Log for VecLog {
     }
     fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
         let end = self.0.partition_point(|&s| s <= stamp_ms);
-        let start = self.0[..end].partition_point(|&s| s < stamp_ms).max(end.saturating_sub(count as usize));
+        let start = self.0[..end]
+            .partition_point(|&s| s < stamp_ms)
+            .max(end.saturating_sub(count as usize));
         self.0.drain(start..end);
         (end - start) as u64
     }
@@ -79,9 +81,15 @@ const WINDOWS: [i64; 8] = [1, 2, 3, 10, 100, 1000, 86_400_000, MAX_EXACT_MS];
 const MAX_CALLS: usize = 256;
 
 fn tier_of(window_choice: u8, limit: u8) -> Tier {
-    let window_ms =
-        if window_choice < 0x80 { WINDOWS[usize::from(window_choice) % WINDOWS.len()] } else { i64::from(window_choice & 0x7f) + 1 };
-    Tier { window_ms, limit: i64::from(limit % 41) }
+    let window_ms = if window_choice < 0x80 {
+        WINDOWS[usize::from(window_choice) % WINDOWS.len()]
+    } else {
+        i64::from(window_choice & 0x7f) + 1
+    };
+    Tier {
+        window_ms,
+        limit: i64::from(limit % 41),
+    }
 }
 
 fn live(log: &VecLog, tier: &Tier, now: i64) -> i64 {
@@ -124,7 +132,14 @@ fuzz_target!(|data: &[u8]| {
         now = (now.saturating_add(step)).clamp(0, MAX_EXACT_MS);
 
         let cost = i64::from(op >> 2) % (smallest_limit + 3) + 1;
-        let request = Request { tiers, cost, now_ms: Some(now), details: op & 1 == 1, stamp: false, oldest: false };
+        let request = Request {
+            tiers,
+            cost,
+            now_ms: Some(now),
+            details: op & 1 == 1,
+            stamp: false,
+            oldest: false,
+        };
         let live_before: Vec<i64> = tiers.iter().map(|t| live(&log, t, now)).collect();
         let fits = tiers.iter().zip(&live_before).all(|(t, &l)| l + cost <= t.limit);
         let before = log.clone();
@@ -135,7 +150,11 @@ fuzz_target!(|data: &[u8]| {
             check_fields(&d, &request, &live_before, &live_before);
             let mut copy = log.clone();
             let a = window::allow(&mut copy, &request, now, true);
-            assert_eq!((a.allowed, a.binding().retry_after_ms), (d.allowed, d.binding().retry_after_ms), "PEEK disagrees with ALLOW");
+            assert_eq!(
+                (a.allowed, a.binding().retry_after_ms),
+                (d.allowed, d.binding().retry_after_ms),
+                "PEEK disagrees with ALLOW"
+            );
             check_waits(&log, &request, now, &d);
             continue;
         }
@@ -153,7 +172,10 @@ fuzz_target!(|data: &[u8]| {
             expected.sort_unstable();
             admitted.extend(std::iter::repeat(now).take(cost as usize));
         }
-        assert_eq!(log.0, expected, "log after ALLOW at {now} (longest window {longest_ms})");
+        assert_eq!(
+            log.0, expected,
+            "log after ALLOW at {now} (longest window {longest_ms})"
+        );
         assert_eq!(allowed, fits, "decision");
         let added = if allowed { cost } else { 0 };
         let live_after: Vec<i64> = live_before.iter().map(|l| l + added).collect();
@@ -168,8 +190,16 @@ fuzz_target!(|data: &[u8]| {
         }
         if !may_step_back && allowed {
             for tier in tiers.iter() {
-                let inside = admitted.iter().filter(|&&s| s > now - tier.window_ms && s <= now).count() as i64;
-                assert!(inside <= tier.limit, "{inside} admitted in ({}, {now}] with limit {}", now - tier.window_ms, tier.limit);
+                let inside = admitted
+                    .iter()
+                    .filter(|&&s| s > now - tier.window_ms && s <= now)
+                    .count() as i64;
+                assert!(
+                    inside <= tier.limit,
+                    "{inside} admitted in ({}, {now}] with limit {}",
+                    now - tier.window_ms,
+                    tier.limit
+                );
             }
         }
     }
@@ -192,7 +222,11 @@ fn check_fields(d: &Decision, r: &Request, live_before: &[i64], live_after: &[i6
         } else if r.cost <= tier.limit {
             assert!(f.retry_after_ms >= 1, "a violated tier must wait: {d:?}");
         }
-        assert_eq!(f.reset_after_ms == 0, live_after[i] == 0, "{d:?} live_after {live_after:?}");
+        assert_eq!(
+            f.reset_after_ms == 0,
+            live_after[i] == 0,
+            "{d:?} live_after {live_after:?}"
+        );
     }
     assert_eq!(d.allowed, !violated.contains(&true), "{d:?}");
     // The binding tier, by its rule.
@@ -200,8 +234,17 @@ fn check_fields(d: &Decision, r: &Request, live_before: &[i64], live_after: &[i6
     let expected = if d.allowed {
         (0..fields.len()).min_by_key(|&i| (fields[i].remaining, i)).unwrap()
     } else {
-        let wait = |i: usize| if fields[i].retry_after_ms < 0 { i64::MAX } else { fields[i].retry_after_ms };
-        (0..fields.len()).filter(|&i| violated[i]).max_by_key(|&i| (wait(i), std::cmp::Reverse(i))).unwrap()
+        let wait = |i: usize| {
+            if fields[i].retry_after_ms < 0 {
+                i64::MAX
+            } else {
+                fields[i].retry_after_ms
+            }
+        };
+        (0..fields.len())
+            .filter(|&i| violated[i])
+            .max_by_key(|&i| (wait(i), std::cmp::Reverse(i)))
+            .unwrap()
     };
     assert_eq!(d.binding, expected, "{d:?}");
 }
@@ -218,8 +261,15 @@ fn check_waits(log: &VecLog, r: &Request, now: i64, d: &Decision) {
     }
     for (f, tier) in d.tiers().iter().zip(r.tiers.iter()) {
         if f.reset_after_ms > 0 {
-            assert_eq!(live(log, tier, now + f.reset_after_ms), 0, "tier not empty after reset_after_ms: {d:?}");
-            assert!(live(log, tier, now + f.reset_after_ms - 1) > 0, "reset_after_ms not minimal: {d:?}");
+            assert_eq!(
+                live(log, tier, now + f.reset_after_ms),
+                0,
+                "tier not empty after reset_after_ms: {d:?}"
+            );
+            assert!(
+                live(log, tier, now + f.reset_after_ms - 1) > 0,
+                "reset_after_ms not minimal: {d:?}"
+            );
         }
     }
 }

@@ -147,7 +147,12 @@ impl CompactLog {
         // SAFETY: as in `with_log`; only this struct changes the key's value
         // while it is open.
         let log = ManuallyDrop::new(unsafe { RunLog::from_raw(stored) });
-        CompactLog { key, changes: Changes::default(), log, stored }
+        CompactLog {
+            key,
+            changes: Changes::default(),
+            log,
+            stored,
+        }
     }
 
     fn log(&self) -> Option<&RunLog> {
@@ -161,7 +166,14 @@ impl CompactLog {
             let mut old: *mut c_void = ptr::null_mut();
             // SAFETY: the key is open for writing and holds our type; the old
             // root was already freed or reused by the log (nothing is freed here).
-            unsafe { api!(RedisModule_ModuleTypeReplaceValue)(self.key.raw, TYPE.load(Relaxed), root as *mut c_void, &mut old) };
+            unsafe {
+                api!(RedisModule_ModuleTypeReplaceValue)(
+                    self.key.raw,
+                    TYPE.load(Relaxed),
+                    root as *mut c_void,
+                    &mut old,
+                )
+            };
             self.stored = root;
         }
     }
@@ -180,7 +192,14 @@ impl CompactLog {
     /// Replicates the call's changes, and the expiry to set, as one
     /// `XCLOAK.APPLY key <effect>`.
     pub fn replicate_changes(&self, expire_at_ms: Option<i64>) {
-        let Changes { trimmed, cutoff_ms, added, added_at_ms, removed, removed_at_ms } = self.changes;
+        let Changes {
+            trimmed,
+            cutoff_ms,
+            added,
+            added_at_ms,
+            removed,
+            removed_at_ms,
+        } = self.changes;
         let effect = Effect {
             trim_cutoff_ms: (trimmed > 0).then_some(cutoff_ms),
             remove: (removed > 0).then_some((removed_at_ms, removed)),
@@ -202,7 +221,14 @@ fn replicate_effect(key: &Key, effect: &Effect, bytes: Option<&[u8]>) {
     // SAFETY: "s" the key name, "b" a buffer and its length (each "b" one).
     unsafe {
         match bytes {
-            None => replicate(key.ctx, APPLY.as_ptr(), c"sb".as_ptr(), key.name, text.as_ptr() as *const c_char, len),
+            None => replicate(
+                key.ctx,
+                APPLY.as_ptr(),
+                c"sb".as_ptr(),
+                key.name,
+                text.as_ptr() as *const c_char,
+                len,
+            ),
             Some(bytes) => replicate(
                 key.ctx,
                 APPLY.as_ptr(),
@@ -282,7 +308,9 @@ impl Log for CompactLog {
 
 /// Every entry at `key` (which holds this type) as runs, oldest first.
 pub fn read_runs(key: &Key) -> Vec<(i64, u64)> {
-    with_log(value_of(key), |log| log.map_or_else(Vec::new, |log| log.runs().collect()))
+    with_log(value_of(key), |log| {
+        log.map_or_else(Vec::new, |log| log.runs().collect())
+    })
 }
 
 /// Stores `runs` at the empty `key` and replicates `XCLOAK.APPLY key L <bytes>`
@@ -292,7 +320,14 @@ pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
     let mut bytes = Vec::new();
     log.encode_runs(&mut bytes);
     set_value(key, log);
-    replicate_effect(key, &Effect { load: true, ..Effect::default() }, Some(&bytes));
+    replicate_effect(
+        key,
+        &Effect {
+            load: true,
+            ..Effect::default()
+        },
+        Some(&bytes),
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -314,7 +349,9 @@ pub fn apply(key: Key, effect: &Effect, bytes: Option<&[u8]>) -> Result<(), Stri
     let loaded = match (effect.load, bytes) {
         (true, Some(bytes)) => Some(RunLog::decode_runs(bytes).map_err(|e| format!("XCLOAK.APPLY L: {e}"))?),
         (false, None) => None,
-        _ => return Err("XCLOAK.APPLY takes the canonical bytes after the effect exactly when it loads (L)".to_string()),
+        _ => {
+            return Err("XCLOAK.APPLY takes the canonical bytes after the effect exactly when it loads (L)".to_string())
+        }
     };
     if let Some((_, count)) = effect.add {
         let held = match &loaded {
@@ -377,7 +414,10 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
     guarded(ptr::null_mut(), || match load(rdb, encver) {
         Ok(log) => log.into_raw() as *mut c_void,
         Err(reason) => {
-            log_io_warning(rdb, &format!("xcloak: refusing a compact window (xcloaklog) in the data being loaded: {reason}"));
+            log_io_warning(
+                rdb,
+                &format!("xcloak: refusing a compact window (xcloaklog) in the data being loaded: {reason}"),
+            );
             ptr::null_mut()
         }
     })
@@ -402,7 +442,11 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<RunLog, String> {
     }
     // SAFETY: the server returned `len` bytes it allocated; freed below.
     let bytes = unsafe { std::slice::from_raw_parts(buffer as *const u8, len) };
-    let decoded = if encver == ENCODING_VERSION { RunLog::decode(bytes) } else { RunLog::decode_runs(bytes) };
+    let decoded = if encver == ENCODING_VERSION {
+        RunLog::decode(bytes)
+    } else {
+        RunLog::decode_runs(bytes)
+    };
     unsafe { api!(RedisModule_Free)(buffer as *mut c_void) };
     let log = decoded.map_err(|e| format!("{e} (encoding version {encver})"))?;
     if log.len() != entries {
@@ -429,7 +473,15 @@ extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModu
         // SAFETY: as in rdb_save.
         let bytes = runs_bytes(&*unsafe { log_of(value) });
         unsafe {
-            api!(RedisModule_EmitAOF)(aof, APPLY.as_ptr(), c"scb".as_ptr(), key, c"L".as_ptr(), bytes.as_ptr() as *const c_char, bytes.len())
+            api!(RedisModule_EmitAOF)(
+                aof,
+                APPLY.as_ptr(),
+                c"scb".as_ptr(),
+                key,
+                c"L".as_ptr(),
+                bytes.as_ptr() as *const c_char,
+                bytes.len(),
+            )
         };
     })
 }
@@ -480,7 +532,11 @@ extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_voi
     })
 }
 
-extern "C" fn copy(_from: *mut raw::RedisModuleString, _to: *mut raw::RedisModuleString, value: *const c_void) -> *mut c_void {
+extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
     guarded(ptr::null_mut(), || {
         // SAFETY: as in rdb_save.
         let copied = RunLog::from_runs(unsafe { log_of(value) }.runs());
@@ -488,7 +544,11 @@ extern "C" fn copy(_from: *mut raw::RedisModuleString, _to: *mut raw::RedisModul
     })
 }
 
-extern "C" fn defrag(ctx: *mut raw::RedisModuleDefragCtx, _key: *mut raw::RedisModuleString, value: *mut *mut c_void) -> c_int {
+extern "C" fn defrag(
+    ctx: *mut raw::RedisModuleDefragCtx,
+    _key: *mut raw::RedisModuleString,
+    value: *mut *mut c_void,
+) -> c_int {
     guarded(0, || {
         let defrag_alloc = api!(RedisModule_DefragAlloc);
         // SAFETY: `*value` is this type's RunLog root; DefragAlloc returns a

@@ -78,10 +78,17 @@ impl Effect {
                 b'R' => 3,
                 b'A' => 4,
                 b'E' => 5,
-                _ => return Err(format!("XCLOAK.APPLY effect has an unknown operation at '{}'", printable(rest))),
+                _ => {
+                    return Err(format!(
+                        "XCLOAK.APPLY effect has an unknown operation at '{}'",
+                        printable(rest)
+                    ))
+                }
             };
             if order <= last_order {
-                return Err("XCLOAK.APPLY effect repeats an operation or has them out of order (L T R A E)".to_string());
+                return Err(
+                    "XCLOAK.APPLY effect repeats an operation or has them out of order (L T R A E)".to_string(),
+                );
             }
             last_order = order;
             let end = tail.iter().position(|b| b"LTRAE".contains(b)).unwrap_or(tail.len());
@@ -93,7 +100,10 @@ impl Effect {
                     .ok_or_else(|| format!("XCLOAK.APPLY effect: {name} must be an integer from {min} to {max}"))
             };
             let pair = |bytes: &[u8], max_count: i64| -> Result<(i64, u64), String> {
-                let star = bytes.iter().position(|&b| b == b'*').ok_or("XCLOAK.APPLY effect: a stamp needs *count")?;
+                let star = bytes
+                    .iter()
+                    .position(|&b| b == b'*')
+                    .ok_or("XCLOAK.APPLY effect: a stamp needs *count")?;
                 let stamp_ms = integer(&bytes[..star], "stamp", 0, MAX_EXACT_MS)?;
                 let count = integer(&bytes[star + 1..], "count", 1, max_count)?;
                 Ok((stamp_ms, count as u64))
@@ -131,7 +141,17 @@ impl Writer<'_> {
 }
 
 fn printable(bytes: &[u8]) -> String {
-    bytes.iter().take(16).map(|&b| if b.is_ascii_graphic() && b != b'\'' { b as char } else { '?' }).collect()
+    bytes
+        .iter()
+        .take(16)
+        .map(|&b| {
+            if b.is_ascii_graphic() && b != b'\'' {
+                b as char
+            } else {
+                '?'
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -156,14 +176,30 @@ mod tests {
         assert!(text(&every).len() <= MAX_TEXT);
         for effect in [
             every,
-            Effect { trim_cutoff_ms: Some(1_700_000_000_000), add: Some((1_700_000_060_000, 1)), expire_at_ms: Some(1_796_014_829_288), ..Effect::default() },
-            Effect { add: Some((0, 3)), ..Effect::default() },
-            Effect { remove: Some((5, 2)), ..Effect::default() },
+            Effect {
+                trim_cutoff_ms: Some(1_700_000_000_000),
+                add: Some((1_700_000_060_000, 1)),
+                expire_at_ms: Some(1_796_014_829_288),
+                ..Effect::default()
+            },
+            Effect {
+                add: Some((0, 3)),
+                ..Effect::default()
+            },
+            Effect {
+                remove: Some((5, 2)),
+                ..Effect::default()
+            },
         ] {
             assert_eq!(Effect::parse(text(&effect).as_bytes()), Ok(effect), "{}", text(&effect));
         }
         assert_eq!(
-            text(&Effect { trim_cutoff_ms: Some(1_700_000_000_000), add: Some((1_700_000_060_000, 1)), expire_at_ms: Some(1_796_014_829_288), ..Effect::default() }),
+            text(&Effect {
+                trim_cutoff_ms: Some(1_700_000_000_000),
+                add: Some((1_700_000_060_000, 1)),
+                expire_at_ms: Some(1_796_014_829_288),
+                ..Effect::default()
+            }),
             "T1700000000000A1700000060000*1E1796014829288"
         );
     }

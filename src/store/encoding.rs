@@ -95,7 +95,10 @@ struct Limits {
 
 /// An inline window: as many as a block can hold, so that a window of 1,000
 /// requests a minute is one allocation.
-const INLINE: Limits = Limits { runs: BLOCK_RUNS, bytes: BLOCK_BYTES };
+const INLINE: Limits = Limits {
+    runs: BLOCK_RUNS,
+    bytes: BLOCK_BYTES,
+};
 
 /// A block of a large window: smaller, so that what a refund or a step back
 /// decodes and rewrites (one block) stays about as cheap as a sorted set's
@@ -105,7 +108,9 @@ const INDEXED: Limits = Limits { runs: 256, bytes: 256 };
 /// Allocation sizes a block takes, smallest first: the allocator's size
 /// classes (jemalloc's, which Redis uses), so no byte of an allocation is lost
 /// to rounding. A block's header names its class, so it knows its size.
-const SIZE_CLASSES: [usize; 20] = [16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024];
+const SIZE_CLASSES: [usize; 20] = [
+    16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024,
+];
 
 const HEADER_BYTES: usize = 16;
 /// Bit positions count from the block's first byte: its data starts here.
@@ -244,7 +249,12 @@ struct BitWriter {
 
 impl Default for BitWriter {
     fn default() -> BitWriter {
-        BitWriter { words: [0; BLOCK_BYTES / 8 + 1], len: 0, acc: 0, bits: 0 }
+        BitWriter {
+            words: [0; BLOCK_BYTES / 8 + 1],
+            len: 0,
+            acc: 0,
+            bits: 0,
+        }
     }
 }
 
@@ -318,7 +328,11 @@ impl Header {
 
     fn write(&self, bytes: &mut [u8]) {
         let w0 = self.first_ms as u64 | u64::from(self.dw) << 53 | u64::from(self.cw) << 59;
-        let w1 = self.tag | u64::from(self.class) << 1 | u64::from(self.runs) << 6 | u64::from(self.dead) << 17 | self.span << 24;
+        let w1 = self.tag
+            | u64::from(self.class) << 1
+            | u64::from(self.runs) << 6
+            | u64::from(self.dead) << 17
+            | self.span << 24;
         bytes[0..8].copy_from_slice(&w0.to_le_bytes());
         bytes[8..16].copy_from_slice(&w1.to_le_bytes());
     }
@@ -328,7 +342,10 @@ impl Header {
     }
 
     fn layout(&self) -> Slots {
-        Slots { dw: self.dw, cw: self.cw }
+        Slots {
+            dw: self.dw,
+            cw: self.cw,
+        }
     }
 
     /// Runs not trimmed.
@@ -415,7 +432,15 @@ impl<'a> BlockRuns<'a> {
     fn new(header: &Header, data: &'a [u8]) -> BlockRuns<'a> {
         let slots = header.layout();
         let pos = slots.count_pos(header.dead);
-        BlockRuns { data, slots, runs: header.runs, first: header.dead, next: header.dead, stamp_ms: header.first_ms, pos }
+        BlockRuns {
+            data,
+            slots,
+            runs: header.runs,
+            first: header.dead,
+            next: header.dead,
+            stamp_ms: header.first_ms,
+            pos,
+        }
     }
 }
 
@@ -454,9 +479,14 @@ impl Block {
         let layout = block_layout(class);
         // SAFETY: a layout of non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(ptr) else { std::alloc::handle_alloc_error(layout) };
+        let Some(ptr) = NonNull::new(ptr) else {
+            std::alloc::handle_alloc_error(layout)
+        };
         let block = Block(ptr);
-        block.set_header(&Header { class, ..Header::default() });
+        block.set_header(&Header {
+            class,
+            ..Header::default()
+        });
         block
     }
 
@@ -575,7 +605,9 @@ impl Block {
         let (old_size, new_size) = (SIZE_CLASSES[header.class as usize], SIZE_CLASSES[class as usize]);
         // SAFETY: the block's allocation and layout; the new size is non-zero.
         let ptr = unsafe { realloc(self.0.as_ptr(), block_layout(header.class), new_size) };
-        let Some(ptr) = NonNull::new(ptr) else { std::alloc::handle_alloc_error(block_layout(class)) };
+        let Some(ptr) = NonNull::new(ptr) else {
+            std::alloc::handle_alloc_error(block_layout(class))
+        };
         if new_size > old_size {
             // SAFETY: the grown part of the new allocation.
             unsafe { std::ptr::write_bytes(ptr.as_ptr().add(old_size), 0, new_size - old_size) };
@@ -598,8 +630,17 @@ impl Block {
             return;
         }
         let slots = header.layout();
-        shift_bits_down(self.bytes_mut(), slots.count_pos(header.dead), slots.count_pos(0), slots.bits(header.runs));
-        self.set_header(&Header { runs: header.live(), dead: 0, ..header });
+        shift_bits_down(
+            self.bytes_mut(),
+            slots.count_pos(header.dead),
+            slots.count_pos(0),
+            slots.bits(header.runs),
+        );
+        self.set_header(&Header {
+            runs: header.live(),
+            dead: 0,
+            ..header
+        });
     }
 
     /// Gives back an allocation twice as large as what the live runs need
@@ -620,7 +661,16 @@ impl Block {
         let cw = width_of(count - 1);
         let slots = Slots { dw: 0, cw };
         self.reserve(slots.bytes(1));
-        let header = Header { first_ms: stamp_ms, dw: 0, cw, tag: TAG_BLOCK, class: self.header().class, runs: 1, dead: 0, span: 0 };
+        let header = Header {
+            first_ms: stamp_ms,
+            dw: 0,
+            cw,
+            tag: TAG_BLOCK,
+            class: self.header().class,
+            runs: 1,
+            dead: 0,
+            span: 0,
+        };
         self.set_header(&header);
         self.set_entries(&header, count);
         set_bits(self.bytes_mut(), slots.count_pos(0), cw, count - 1);
@@ -629,7 +679,10 @@ impl Block {
     /// Empties the block (keeping its allocation).
     fn clear(&mut self) {
         let class = self.header().class;
-        self.set_header(&Header { class, ..Header::default() });
+        self.set_header(&Header {
+            class,
+            ..Header::default()
+        });
     }
 
     /// Re-writes every live slot with wider (or equal) widths, in place, the
@@ -680,10 +733,17 @@ impl Block {
                 }
             }
             let bytes = out.finish();
-            debug_assert_eq!(DATA_BITS + bytes.len() * 8 - to.bits(header.runs), (8 - to.bits(header.runs) % 8) % 8);
+            debug_assert_eq!(
+                DATA_BITS + bytes.len() * 8 - to.bits(header.runs),
+                (8 - to.bits(header.runs) % 8) % 8
+            );
             data[DATA_BITS / 8..DATA_BITS / 8 + bytes.len()].copy_from_slice(bytes);
         }
-        let header = Header { dw: to.dw, cw: to.cw, ..header };
+        let header = Header {
+            dw: to.dw,
+            cw: to.cw,
+            ..header
+        };
         self.set_header(&header);
         self.set_entries(&header, entries);
     }
@@ -748,8 +808,13 @@ impl Block {
         if header.span + gap > MAX_SPAN {
             return false;
         }
-        let to = Slots { dw: header.dw.max(width_of(gap - 1)), cw: header.cw.max(width_of(count - 1)) };
-        if header.dead > 0 && (header.runs >= limits.runs || to.bytes(header.runs + 1) > SIZE_CLASSES[header.class as usize]) {
+        let to = Slots {
+            dw: header.dw.max(width_of(gap - 1)),
+            cw: header.cw.max(width_of(count - 1)),
+        };
+        if header.dead > 0
+            && (header.runs >= limits.runs || to.bytes(header.runs + 1) > SIZE_CLASSES[header.class as usize])
+        {
             // The room of trimmed runs, before any more.
             self.compact();
             header = self.header();
@@ -769,7 +834,11 @@ impl Block {
             // grows by half at least, in fewer moves. Under 2x, so that the
             // block is never oversized (`shrink_if_oversized`) right after.
             let size = SIZE_CLASSES[header.class as usize];
-            let want = if limits == INDEXED { bytes.max(size * 3 / 2).min(limits.bytes) } else { bytes };
+            let want = if limits == INDEXED {
+                bytes.max(size * 3 / 2).min(limits.bytes)
+            } else {
+                bytes
+            };
             self.resize(class_for(want).expect("a block never exceeds BLOCK_BYTES"));
             header.class = self.header().class;
         }
@@ -796,7 +865,10 @@ impl Block {
         let header = self.header();
         let slots = header.layout();
         let held = get_bits(self.bytes(), slots.count_pos(header.runs - 1), slots.cw) + 1;
-        let to = Slots { dw: header.dw, cw: header.cw.max(width_of(held + count - 1)) };
+        let to = Slots {
+            dw: header.dw,
+            cw: header.cw.max(width_of(held + count - 1)),
+        };
         if to != slots {
             self.compact();
         }
@@ -836,7 +908,9 @@ impl Block {
             // The common case, as header words: the first stamp, the dead
             // mark and the span change; tag, class and slots stay.
             let w0 = (self.word0() & !STAMP_MASK) | first_ms as u64;
-            let w1 = (self.word1() & ((1 << 17) - 1)) | u64::from(header.dead + k) << 17 | ((header.last_ms() - first_ms) as u64) << 24;
+            let w1 = (self.word1() & ((1 << 17) - 1))
+                | u64::from(header.dead + k) << 17
+                | ((header.last_ms() - first_ms) as u64) << 24;
             self.set_words(w0, w1);
             if header.cw > 0 {
                 set_bits(self.bytes_mut(), DATA_BITS, ENTRIES_BITS, entries);
@@ -853,8 +927,17 @@ impl Block {
             // More dead slots than the header counts: shifted out now, and
             // only then can the block shrink (dead slots free no byte).
             let slots = header.layout();
-            shift_bits_down(self.bytes_mut(), slots.count_pos(header.dead), slots.count_pos(0), slots.bits(header.runs));
-            let header = Header { runs: header.live(), dead: 0, ..header };
+            shift_bits_down(
+                self.bytes_mut(),
+                slots.count_pos(header.dead),
+                slots.count_pos(0),
+                slots.bits(header.runs),
+            );
+            let header = Header {
+                runs: header.live(),
+                dead: 0,
+                ..header
+            };
             self.set_header(&header);
             self.set_entries(&header, entries);
             if shrink {
@@ -959,7 +1042,10 @@ impl Block {
         if header.last_ms() <= cutoff_ms {
             return self.entries();
         }
-        self.runs().take_while(|&(stamp, _)| stamp <= cutoff_ms).map(|(_, count)| count).sum()
+        self.runs()
+            .take_while(|&(stamp, _)| stamp <= cutoff_ms)
+            .map(|(_, count)| count)
+            .sum()
     }
 
     /// Stamp of the `n`-th (1-based, <= entries) entry.
@@ -979,7 +1065,13 @@ impl Block {
         let slots = header.layout();
         let data = self.bytes();
         let (first, last) = (header.dead, header.runs - 1);
-        let gap_of = |i: u32| if i > first { get_bits(data, slots.gap_pos(i), slots.dw) + 1 } else { 0 };
+        let gap_of = |i: u32| {
+            if i > first {
+                get_bits(data, slots.gap_pos(i), slots.dw) + 1
+            } else {
+                0
+            }
+        };
         let count_of = |i: u32| get_bits(data, slots.count_pos(i), slots.cw) + 1;
         if header.last_ms() - stamp_ms <= stamp_ms - header.first_ms {
             // Newest first: slot i's stamp is the next one's minus its gap.
@@ -1020,7 +1112,9 @@ impl Block {
         let last = header.runs - 1;
         // The newest run is found from the header: O(1); any other by a walk
         // from the nearer end of the block. `index` is a slot.
-        let Some((index, held, gap)) = self.find_run(&header, stamp_ms) else { return Ok(0) };
+        let Some((index, held, gap)) = self.find_run(&header, stamp_ms) else {
+            return Ok(0);
+        };
         let removed = held.min(count);
         let entries = self.entries() - removed;
         if removed < held {
@@ -1035,7 +1129,11 @@ impl Block {
             return Ok(removed);
         }
         if index == last {
-            let header = Header { runs: last, span: header.span - gap, ..header };
+            let header = Header {
+                runs: last,
+                span: header.span - gap,
+                ..header
+            };
             self.set_header(&header);
             self.set_entries(&header, entries);
             self.shrink_if_oversized();
@@ -1051,7 +1149,10 @@ impl Block {
         let next_gap = get_bits(self.bytes(), slots.gap_pos(index + 1), slots.dw) + 1;
         let merged = gap + next_gap - 1;
         let (slots, index) = if width_of(merged) > slots.dw {
-            let wider = Slots { dw: width_of(merged), cw: slots.cw };
+            let wider = Slots {
+                dw: width_of(merged),
+                cw: slots.cw,
+            };
             let bytes = wider.bytes(header.live());
             if bytes > BLOCK_BYTES {
                 return Err(());
@@ -1065,8 +1166,16 @@ impl Block {
         let header = self.header();
         let data = self.bytes_mut();
         set_bits(data, slots.gap_pos(index + 1), slots.dw, merged);
-        shift_bits_down(data, slots.gap_pos(index + 1), slots.gap_pos(index), slots.bits(header.runs));
-        let header = Header { runs: header.runs - 1, ..header };
+        shift_bits_down(
+            data,
+            slots.gap_pos(index + 1),
+            slots.gap_pos(index),
+            slots.bits(header.runs),
+        );
+        let header = Header {
+            runs: header.runs - 1,
+            ..header
+        };
         self.set_header(&header);
         self.set_entries(&header, entries);
         self.shrink_if_oversized();
@@ -1077,7 +1186,10 @@ impl Block {
     /// final size and written once; returns it and how many runs it took.
     fn pack(runs: &[(i64, u64)], limits: Limits) -> (Block, usize) {
         let first_ms = runs[0].0;
-        let mut slots = Slots { dw: 0, cw: width_of(runs[0].1 - 1) };
+        let mut slots = Slots {
+            dw: 0,
+            cw: width_of(runs[0].1 - 1),
+        };
         let mut taken = 1;
         while taken < runs.len() && taken < limits.runs as usize {
             let (stamp_ms, count) = runs[taken];
@@ -1085,7 +1197,10 @@ impl Block {
                 break;
             }
             let gap = (stamp_ms - runs[taken - 1].0) as u64;
-            let wider = Slots { dw: slots.dw.max(width_of(gap - 1)), cw: slots.cw.max(width_of(count - 1)) };
+            let wider = Slots {
+                dw: slots.dw.max(width_of(gap - 1)),
+                cw: slots.cw.max(width_of(count - 1)),
+            };
             if wider.bytes(taken as u32 + 1) > limits.bytes {
                 break;
             }
@@ -1109,7 +1224,12 @@ impl Block {
         let mut entries = 0;
         for (i, &(stamp_ms, count)) in runs.iter().enumerate() {
             if i > 0 {
-                set_bits(data, slots.gap_pos(i as u32), slots.dw, (stamp_ms - runs[i - 1].0) as u64 - 1);
+                set_bits(
+                    data,
+                    slots.gap_pos(i as u32),
+                    slots.dw,
+                    (stamp_ms - runs[i - 1].0) as u64 - 1,
+                );
             }
             set_bits(data, slots.count_pos(i as u32), slots.cw, count - 1);
             entries += count;
@@ -1168,7 +1288,12 @@ struct BlockRef {
 
 impl BlockRef {
     fn of(block: Block) -> BlockRef {
-        BlockRef { first_ms: block.first_ms(), entries: block.entries() as u32, _unused: 0, block }
+        BlockRef {
+            first_ms: block.first_ms(),
+            entries: block.entries() as u32,
+            _unused: 0,
+            block,
+        }
     }
 }
 
@@ -1189,7 +1314,9 @@ impl Large {
         let layout = Large::layout(capacity);
         // SAFETY: a layout of non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(ptr) else { std::alloc::handle_alloc_error(layout) };
+        let Some(ptr) = NonNull::new(ptr) else {
+            std::alloc::handle_alloc_error(layout)
+        };
         let large = Large(ptr);
         let entries = blocks.iter().map(Block::entries).sum();
         large.set_head(entries, 0, 0, capacity);
@@ -1265,7 +1392,13 @@ impl Large {
         let entries = self.entries();
         if head > 0 && len == capacity {
             // SAFETY: within the `len` initialised refs.
-            unsafe { std::ptr::copy(self.refs_ptr().add(head as usize), self.refs_ptr(), (len - head) as usize) };
+            unsafe {
+                std::ptr::copy(
+                    self.refs_ptr().add(head as usize),
+                    self.refs_ptr(),
+                    (len - head) as usize,
+                )
+            };
             self.set_head(entries, 0, len - head, capacity);
         }
         let (head, len, capacity) = self.range();
@@ -1274,7 +1407,9 @@ impl Large {
             let grown = needed.next_power_of_two();
             // SAFETY: the root's allocation and layout; the new size is larger.
             let ptr = unsafe { realloc(self.0.as_ptr(), Large::layout(capacity), Large::layout(grown).size()) };
-            let Some(ptr) = NonNull::new(ptr) else { std::alloc::handle_alloc_error(Large::layout(grown)) };
+            let Some(ptr) = NonNull::new(ptr) else {
+                std::alloc::handle_alloc_error(Large::layout(grown))
+            };
             self.0 = ptr;
             self.set_head(entries, head, len, grown);
         }
@@ -1315,7 +1450,11 @@ impl Large {
         let tail = len as usize - at - 1;
         // SAFETY: within the capacity; the tail moves as a whole.
         unsafe {
-            std::ptr::copy(self.refs_ptr().add(at + 1), self.refs_ptr().add(at + blocks.len()), tail);
+            std::ptr::copy(
+                self.refs_ptr().add(at + 1),
+                self.refs_ptr().add(at + blocks.len()),
+                tail,
+            );
             for (i, &block) in blocks.iter().enumerate() {
                 std::ptr::write(self.refs_ptr().add(at + i), BlockRef::of(block));
             }
@@ -1354,7 +1493,9 @@ impl Large {
         if refs[last].first_ms <= stamp_ms {
             return last;
         }
-        refs[..last].partition_point(|r| r.first_ms <= stamp_ms).saturating_sub(1)
+        refs[..last]
+            .partition_point(|r| r.first_ms <= stamp_ms)
+            .saturating_sub(1)
     }
 }
 
@@ -1432,10 +1573,14 @@ impl Clone for RunLog {
     fn clone(&self) -> RunLog {
         match self.root() {
             None => RunLog::default(),
-            Some(Root::Inline(block)) => RunLog { root: Some(block.duplicate().0) },
+            Some(Root::Inline(block)) => RunLog {
+                root: Some(block.duplicate().0),
+            },
             Some(Root::Large(large)) => {
                 let blocks: Vec<Block> = large.refs().iter().map(|r| r.block.duplicate()).collect();
-                RunLog { root: Some(Large::new(&blocks).0) }
+                RunLog {
+                    root: Some(Large::new(&blocks).0),
+                }
             }
         }
     }
@@ -1458,7 +1603,11 @@ impl RunLog {
         // SAFETY: the root is a block or a large root: both start with two
         // words, the tag in the low bits of the second.
         let word = unsafe { std::ptr::read(ptr.as_ptr().add(8) as *const u64) };
-        Some(if word & 3 == TAG_LARGE { Root::Large(Large(ptr)) } else { Root::Inline(Block(ptr)) })
+        Some(if word & 3 == TAG_LARGE {
+            Root::Large(Large(ptr))
+        } else {
+            Root::Inline(Block(ptr))
+        })
     }
 
     fn set_root(&mut self, root: Root) {
@@ -1486,7 +1635,9 @@ impl RunLog {
     /// # Safety
     /// `ptr` must be null or a root this module handed out, owned by nobody else.
     pub unsafe fn from_raw(ptr: *mut u8) -> RunLog {
-        RunLog { root: NonNull::new(ptr) }
+        RunLog {
+            root: NonNull::new(ptr),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -1526,7 +1677,9 @@ impl RunLog {
     /// `move_to` must return null or a pointer to an allocation of the same
     /// allocator and size holding a copy of the old one, which it has freed.
     pub unsafe fn relocate(&mut self, mut move_to: impl FnMut(*mut u8) -> *mut u8) {
-        let moved = |ptr: NonNull<u8>, move_to: &mut dyn FnMut(*mut u8) -> *mut u8| NonNull::new(move_to(ptr.as_ptr())).unwrap_or(ptr);
+        let moved = |ptr: NonNull<u8>, move_to: &mut dyn FnMut(*mut u8) -> *mut u8| {
+            NonNull::new(move_to(ptr.as_ptr())).unwrap_or(ptr)
+        };
         match self.root() {
             None => {}
             Some(Root::Inline(block)) => self.set_root(Root::Inline(Block(moved(block.0, &mut move_to)))),
@@ -1547,7 +1700,11 @@ impl RunLog {
             // SAFETY: the index lives as long as the log, borrowed for the iterator.
             Some(Root::Large(large)) => (unsafe { large.live_refs() }, None),
         };
-        Runs { blocks, single, current: None }
+        Runs {
+            blocks,
+            single,
+            current: None,
+        }
     }
 
     /// A log of these runs (stamps strictly increasing, counts >= 1), laid out
@@ -1632,9 +1789,11 @@ impl RunLog {
             Some(Root::Large(large)) => large.find(stamp_ms),
             _ => 0,
         };
-        self.rewrite_block(at, |runs| match runs.binary_search_by_key(&stamp_ms, |&(stamp, _)| stamp) {
-            Ok(i) => runs[i].1 += cost,
-            Err(i) => runs.insert(i, (stamp_ms, cost)),
+        self.rewrite_block(at, |runs| {
+            match runs.binary_search_by_key(&stamp_ms, |&(stamp, _)| stamp) {
+                Ok(i) => runs[i].1 += cost,
+                Err(i) => runs.insert(i, (stamp_ms, cost)),
+            }
         });
     }
 
@@ -1777,7 +1936,14 @@ impl RunLog {
         while pos < bytes.len() {
             let header_bytes = bytes.get(pos..pos + HEADER_BYTES).ok_or(DecodeError::Truncated)?;
             let header = Header::read(header_bytes);
-            if header.tag != 0 || header.class != 0 || header.dead != 0 || header.runs == 0 || header.runs > BLOCK_RUNS || header.dw > SPAN_BITS || header.cw > ENTRIES_BITS {
+            if header.tag != 0
+                || header.class != 0
+                || header.dead != 0
+                || header.runs == 0
+                || header.runs > BLOCK_RUNS
+                || header.dw > SPAN_BITS
+                || header.cw > ENTRIES_BITS
+            {
                 return Err(DecodeError::BadGroup);
             }
             let slots = header.layout();
@@ -1796,7 +1962,10 @@ impl RunLog {
                     return Err(DecodeError::BadGroup);
                 }
                 entries += count;
-                total = total.checked_add(count).filter(|&t| t <= MAX_ENTRIES).ok_or(DecodeError::TooMany)?;
+                total = total
+                    .checked_add(count)
+                    .filter(|&t| t <= MAX_ENTRIES)
+                    .ok_or(DecodeError::TooMany)?;
                 runs.push((stamp_ms, count));
                 last_ms = stamp_ms;
             }
@@ -1846,7 +2015,10 @@ impl RunLog {
                 .and_then(|delta| stamp_ms.checked_add(delta))
                 .filter(|&stamp| stamp <= MAX_EXACT_MS)
                 .ok_or(DecodeError::StampRange)?;
-            total = total.checked_add(count).filter(|&t| t <= MAX_ENTRIES).ok_or(DecodeError::TooMany)?;
+            total = total
+                .checked_add(count)
+                .filter(|&t| t <= MAX_ENTRIES)
+                .ok_or(DecodeError::TooMany)?;
             runs.push((stamp_ms, count));
         }
         if total == 0 {
@@ -1889,7 +2061,12 @@ fn put_group(out: &mut Vec<u8>, group: &[(i64, u64)]) {
     }
     for (i, &(stamp, count)) in group.iter().enumerate() {
         if i > 0 {
-            set_bits(data, slots.gap_pos(i as u32), slots.dw, (stamp - group[i - 1].0) as u64 - 1);
+            set_bits(
+                data,
+                slots.gap_pos(i as u32),
+                slots.dw,
+                (stamp - group[i - 1].0) as u64 - 1,
+            );
         }
         set_bits(data, slots.count_pos(i as u32), slots.cw, count - 1);
     }
@@ -1919,7 +2096,10 @@ impl Log for RunLog {
                 if at <= refs.len() / 2 {
                     refs[..at].iter().map(|r| u64::from(r.entries)).sum::<u64>() + within
                 } else {
-                    large.entries() - refs[at + 1..].iter().map(|r| u64::from(r.entries)).sum::<u64>() - u64::from(refs[at].entries) + within
+                    large.entries()
+                        - refs[at + 1..].iter().map(|r| u64::from(r.entries)).sum::<u64>()
+                        - u64::from(refs[at].entries)
+                        + within
                 }
             }
         }
@@ -1964,7 +2144,11 @@ impl Log for RunLog {
             }
             Some(Root::Large(large)) => {
                 let refs = large.refs();
-                let at = if refs[0].first_ms > cutoff_ms { 0 } else { large.find(cutoff_ms) };
+                let at = if refs[0].first_ms > cutoff_ms {
+                    0
+                } else {
+                    large.find(cutoff_ms)
+                };
                 let mut target = refs[at].block.count_le(cutoff_ms) + n;
                 for r in &refs[at..] {
                     let entries = u64::from(r.entries);
@@ -2042,7 +2226,8 @@ impl RunLog {
                 let r = &mut refs[last];
                 let mut block = r.block;
                 let last_ms = block.last_ms();
-                let done = (now_ms > last_ms && block.try_append(now_ms, cost, INDEXED)) || (now_ms == last_ms && block.try_add_to_last(cost));
+                let done = (now_ms > last_ms && block.try_append(now_ms, cost, INDEXED))
+                    || (now_ms == last_ms && block.try_add_to_last(cost));
                 if done {
                     r.block = block;
                     r.entries += cost as u32;
@@ -2154,7 +2339,9 @@ mod tests {
     use crate::window::tests::VecLog;
 
     fn stamps(log: &RunLog) -> Vec<i64> {
-        log.runs().flat_map(|(stamp, count)| std::iter::repeat_n(stamp, count as usize)).collect()
+        log.runs()
+            .flat_map(|(stamp, count)| std::iter::repeat_n(stamp, count as usize))
+            .collect()
     }
 
     fn canonical(log: &RunLog) -> Vec<u8> {
@@ -2229,7 +2416,16 @@ mod tests {
 
     #[test]
     fn header_fields_round_trip_at_their_limits() {
-        let header = Header { first_ms: MAX_EXACT_MS, dw: SPAN_BITS, cw: ENTRIES_BITS, tag: TAG_LARGE, class: 19, runs: BLOCK_RUNS, dead: MAX_DEAD, span: MAX_SPAN };
+        let header = Header {
+            first_ms: MAX_EXACT_MS,
+            dw: SPAN_BITS,
+            cw: ENTRIES_BITS,
+            tag: TAG_LARGE,
+            class: 19,
+            runs: BLOCK_RUNS,
+            dead: MAX_DEAD,
+            span: MAX_SPAN,
+        };
         let mut bytes = [0u8; 16];
         header.write(&mut bytes);
         assert_eq!(Header::read(&bytes), header);
@@ -2290,7 +2486,19 @@ mod tests {
         // span 15; slots: gaps - 1 = 9, 4.
         let bytes = canonical(&lone);
         assert_eq!(bytes.len(), 16 + 1);
-        assert_eq!(Header::read(&bytes), Header { first_ms: 10, dw: 4, cw: 0, tag: 0, class: 0, runs: 3, dead: 0, span: 15 });
+        assert_eq!(
+            Header::read(&bytes),
+            Header {
+                first_ms: 10,
+                dw: 4,
+                cw: 0,
+                tag: 0,
+                class: 0,
+                runs: 3,
+                dead: 0,
+                span: 15
+            }
+        );
         assert_eq!(bytes[16], 9 | 4 << 4);
     }
 
@@ -2309,7 +2517,10 @@ mod tests {
         }
         assert_eq!(canonical(&a), canonical(&b));
         assert_eq!(runs_bytes(&a), runs_bytes(&b));
-        for decoded in [RunLog::decode(&canonical(&a)).unwrap(), RunLog::decode_runs(&runs_bytes(&a)).unwrap()] {
+        for decoded in [
+            RunLog::decode(&canonical(&a)).unwrap(),
+            RunLog::decode_runs(&runs_bytes(&a)).unwrap(),
+        ] {
             assert_eq!(stamps(&decoded), [30, 45, 46, 47, 47, 47]);
             assert_eq!(canonical(&decoded), canonical(&a));
             assert_eq!(decoded.len(), 6);
@@ -2329,12 +2540,20 @@ mod tests {
         for &(stamp, count) in runs[2000..].iter().step_by(7) {
             grown.remove_at(stamp, count);
         }
-        let kept: Vec<(i64, u64)> = runs[2000..].iter().enumerate().filter(|(i, _)| i % 7 != 0).map(|(_, &r)| r).collect();
+        let kept: Vec<(i64, u64)> = runs[2000..]
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 7 != 0)
+            .map(|(_, &r)| r)
+            .collect();
         let fresh = RunLog::from_runs(kept.iter().copied());
         assert!(matches!(grown.form(), Form::Large(_)));
         assert_eq!(grown.runs().collect::<Vec<_>>(), kept);
         assert_eq!(canonical(&grown), canonical(&fresh));
-        assert_eq!(RunLog::decode(&canonical(&grown)).unwrap().runs().collect::<Vec<_>>(), kept);
+        assert_eq!(
+            RunLog::decode(&canonical(&grown)).unwrap().runs().collect::<Vec<_>>(),
+            kept
+        );
     }
 
     #[test]
@@ -2342,13 +2561,19 @@ mod tests {
         let cases: [(&[u8], DecodeError); 10] = [
             (&[], DecodeError::Empty),
             (&[0x80], DecodeError::Truncated),
-            (&[3], DecodeError::Truncated),                        // multi without its count
-            (&[3, 1], DecodeError::BadCount),                      // "several" = 1
+            (&[3], DecodeError::Truncated),   // multi without its count
+            (&[3, 1], DecodeError::BadCount), // "several" = 1
             (&[3, 0], DecodeError::BadCount),
-            (&[2, 0], DecodeError::Unsorted),                      // second run, delta 0
-            (&[0x82, 0x00], DecodeError::BadVarint),               // overlong 2
-            (&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02], DecodeError::BadVarint),
-            (&[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40], DecodeError::StampRange), // 2^55 >> 1
+            (&[2, 0], DecodeError::Unsorted),        // second run, delta 0
+            (&[0x82, 0x00], DecodeError::BadVarint), // overlong 2
+            (
+                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02],
+                DecodeError::BadVarint,
+            ),
+            (
+                &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40],
+                DecodeError::StampRange,
+            ), // 2^55 >> 1
             (&[1, 0xff, 0xff, 0xff, 0xff, 0x0f], DecodeError::TooMany), // 2^32-1 entries
         ];
         for (bytes, expected) in cases {
@@ -2356,7 +2581,13 @@ mod tests {
         }
         let mut log = RunLog::default();
         log.record(MAX_EXACT_MS, MAX_ENTRIES);
-        assert_eq!(RunLog::decode_runs(&runs_bytes(&log)).unwrap().runs().collect::<Vec<_>>(), [(MAX_EXACT_MS, MAX_ENTRIES)]);
+        assert_eq!(
+            RunLog::decode_runs(&runs_bytes(&log))
+                .unwrap()
+                .runs()
+                .collect::<Vec<_>>(),
+            [(MAX_EXACT_MS, MAX_ENTRIES)]
+        );
         let mut over = Vec::new();
         put_run(&mut over, MAX_EXACT_MS as u64 + 1, 1);
         assert_eq!(RunLog::decode_runs(&over).unwrap_err(), DecodeError::StampRange);
@@ -2378,55 +2609,223 @@ mod tests {
 
     #[test]
     fn decode_refuses_every_non_canonical_form() {
-        let h = Header { first_ms: 10, dw: 4, cw: 0, tag: 0, class: 0, runs: 3, dead: 0, span: 15 };
+        let h = Header {
+            first_ms: 10,
+            dw: 4,
+            cw: 0,
+            tag: 0,
+            class: 0,
+            runs: 3,
+            dead: 0,
+            span: 15,
+        };
         let good = group(h, &[9 | 4 << 4]);
-        assert_eq!(RunLog::decode(&good).unwrap().runs().collect::<Vec<_>>(), [(10, 1), (20, 1), (25, 1)]);
+        assert_eq!(
+            RunLog::decode(&good).unwrap().runs().collect::<Vec<_>>(),
+            [(10, 1), (20, 1), (25, 1)]
+        );
         let cases: Vec<(&str, Vec<u8>, DecodeError)> = vec![
             ("empty", vec![], DecodeError::Empty),
             ("a header cut short", good[..15].to_vec(), DecodeError::Truncated),
             ("slots cut short", good[..16].to_vec(), DecodeError::Truncated),
             ("a trailing byte", [&good[..], &[0]].concat(), DecodeError::Truncated),
             ("tag 1", group(Header { tag: 1, ..h }, &[0x49]), DecodeError::BadGroup),
-            ("size class 3", group(Header { class: 3, ..h }, &[0x49]), DecodeError::BadGroup),
-            ("no runs", group(Header { runs: 0, span: 0, dw: 0, ..h }, &[]), DecodeError::BadGroup),
-            ("1,025 runs", group(Header { runs: 1025, dw: 0, span: 1024, ..h }, &[]), DecodeError::BadGroup),
+            (
+                "size class 3",
+                group(Header { class: 3, ..h }, &[0x49]),
+                DecodeError::BadGroup,
+            ),
+            (
+                "no runs",
+                group(
+                    Header {
+                        runs: 0,
+                        span: 0,
+                        dw: 0,
+                        ..h
+                    },
+                    &[],
+                ),
+                DecodeError::BadGroup,
+            ),
+            (
+                "1,025 runs",
+                group(
+                    Header {
+                        runs: 1025,
+                        dw: 0,
+                        span: 1024,
+                        ..h
+                    },
+                    &[],
+                ),
+                DecodeError::BadGroup,
+            ),
             ("dw 41", group(Header { dw: 41, ..h }, &[0; 12]), DecodeError::BadGroup),
-            ("dead slots", group(Header { dead: 1, ..h }, &[0x49]), DecodeError::BadGroup),
-            ("cw 31", group(Header { cw: 31, dw: 0, runs: 1, span: 0, ..h }, &[0; 8]), DecodeError::BadGroup),
-            ("a span the gaps do not reach", group(Header { span: 16, ..h }, &[0x49]), DecodeError::BadGroup),
-            ("a gap past the span", group(Header { span: 14, ..h }, &[0x49]), DecodeError::BadGroup),
-            ("a wider gap than needed", group(Header { dw: 5, ..h }, &[9 | 4 << 5, 0]), DecodeError::NotCanonical),
-            ("count bits that are all zero", {
-                // cw 1 where 0 would do: entries (30 bits) 3, counts - 1 all 0.
-                let wide = Header { cw: 1, ..h };
-                let slots = wide.layout();
-                let mut bytes = vec![0u8; slots.bytes(3)];
-                wide.write(&mut bytes[..16]);
-                set_bits(&mut bytes, DATA_BITS, ENTRIES_BITS, 3);
-                set_bits(&mut bytes, slots.gap_pos(1), 4, 9);
-                set_bits(&mut bytes, slots.gap_pos(2), 4, 4);
-                bytes
-            }, DecodeError::NotCanonical),
-            ("padding bits set", group(Header { runs: 2, span: 10, ..h }, &[9 | 1 << 7]), DecodeError::NotCanonical),
-            ("stamp 2^53", group(Header { first_ms: MAX_EXACT_MS, runs: 2, span: 1, dw: 0, ..h }, &[]), DecodeError::StampRange),
-            ("groups out of order", [&good[..], &group(Header { first_ms: 25, runs: 1, span: 0, dw: 0, ..h }, &[])[..]].concat(), DecodeError::Unsorted),
-            ("a group split early", [&group(Header { runs: 1, span: 0, dw: 0, ..h }, &[])[..], &group(Header { first_ms: 20, runs: 1, span: 0, dw: 0, ..h }, &[])[..]].concat(), DecodeError::NotCanonical),
-            ("an entry count that lies", group(Header { cw: 1, runs: 1, span: 0, dw: 0, ..h }, &[3, 0, 0, 0, 1]), DecodeError::BadGroup),
-            ("1e9 + 1 entries", {
-                let mut log = RunLog::default();
-                log.record(5, MAX_ENTRIES);
-                let mut bytes = canonical(&log);
-                bytes.extend(group(Header { first_ms: 6, runs: 1, span: 0, dw: 0, cw: 0, tag: 0, class: 0, dead: 0 }, &[]));
-                bytes
-            }, DecodeError::TooMany),
+            (
+                "dead slots",
+                group(Header { dead: 1, ..h }, &[0x49]),
+                DecodeError::BadGroup,
+            ),
+            (
+                "cw 31",
+                group(
+                    Header {
+                        cw: 31,
+                        dw: 0,
+                        runs: 1,
+                        span: 0,
+                        ..h
+                    },
+                    &[0; 8],
+                ),
+                DecodeError::BadGroup,
+            ),
+            (
+                "a span the gaps do not reach",
+                group(Header { span: 16, ..h }, &[0x49]),
+                DecodeError::BadGroup,
+            ),
+            (
+                "a gap past the span",
+                group(Header { span: 14, ..h }, &[0x49]),
+                DecodeError::BadGroup,
+            ),
+            (
+                "a wider gap than needed",
+                group(Header { dw: 5, ..h }, &[9 | 4 << 5, 0]),
+                DecodeError::NotCanonical,
+            ),
+            (
+                "count bits that are all zero",
+                {
+                    // cw 1 where 0 would do: entries (30 bits) 3, counts - 1 all 0.
+                    let wide = Header { cw: 1, ..h };
+                    let slots = wide.layout();
+                    let mut bytes = vec![0u8; slots.bytes(3)];
+                    wide.write(&mut bytes[..16]);
+                    set_bits(&mut bytes, DATA_BITS, ENTRIES_BITS, 3);
+                    set_bits(&mut bytes, slots.gap_pos(1), 4, 9);
+                    set_bits(&mut bytes, slots.gap_pos(2), 4, 4);
+                    bytes
+                },
+                DecodeError::NotCanonical,
+            ),
+            (
+                "padding bits set",
+                group(Header { runs: 2, span: 10, ..h }, &[9 | 1 << 7]),
+                DecodeError::NotCanonical,
+            ),
+            (
+                "stamp 2^53",
+                group(
+                    Header {
+                        first_ms: MAX_EXACT_MS,
+                        runs: 2,
+                        span: 1,
+                        dw: 0,
+                        ..h
+                    },
+                    &[],
+                ),
+                DecodeError::StampRange,
+            ),
+            (
+                "groups out of order",
+                [
+                    &good[..],
+                    &group(
+                        Header {
+                            first_ms: 25,
+                            runs: 1,
+                            span: 0,
+                            dw: 0,
+                            ..h
+                        },
+                        &[],
+                    )[..],
+                ]
+                .concat(),
+                DecodeError::Unsorted,
+            ),
+            (
+                "a group split early",
+                [
+                    &group(
+                        Header {
+                            runs: 1,
+                            span: 0,
+                            dw: 0,
+                            ..h
+                        },
+                        &[],
+                    )[..],
+                    &group(
+                        Header {
+                            first_ms: 20,
+                            runs: 1,
+                            span: 0,
+                            dw: 0,
+                            ..h
+                        },
+                        &[],
+                    )[..],
+                ]
+                .concat(),
+                DecodeError::NotCanonical,
+            ),
+            (
+                "an entry count that lies",
+                group(
+                    Header {
+                        cw: 1,
+                        runs: 1,
+                        span: 0,
+                        dw: 0,
+                        ..h
+                    },
+                    &[3, 0, 0, 0, 1],
+                ),
+                DecodeError::BadGroup,
+            ),
+            (
+                "1e9 + 1 entries",
+                {
+                    let mut log = RunLog::default();
+                    log.record(5, MAX_ENTRIES);
+                    let mut bytes = canonical(&log);
+                    bytes.extend(group(
+                        Header {
+                            first_ms: 6,
+                            runs: 1,
+                            span: 0,
+                            dw: 0,
+                            cw: 0,
+                            tag: 0,
+                            class: 0,
+                            dead: 0,
+                        },
+                        &[],
+                    ));
+                    bytes
+                },
+                DecodeError::TooMany,
+            ),
         ];
         for (case, bytes, expected) in cases {
-            assert_eq!(RunLog::decode(&bytes).map(|l| l.len()), Err(expected), "{case}: {bytes:?}");
+            assert_eq!(
+                RunLog::decode(&bytes).map(|l| l.len()),
+                Err(expected),
+                "{case}: {bytes:?}"
+            );
         }
         // The largest stamp and count, and 1,025 runs (two groups), are accepted.
         let mut log = RunLog::default();
         log.record(MAX_EXACT_MS, MAX_ENTRIES);
-        assert_eq!(RunLog::decode(&canonical(&log)).unwrap().runs().collect::<Vec<_>>(), [(MAX_EXACT_MS, MAX_ENTRIES)]);
+        assert_eq!(
+            RunLog::decode(&canonical(&log)).unwrap().runs().collect::<Vec<_>>(),
+            [(MAX_EXACT_MS, MAX_ENTRIES)]
+        );
         let many = RunLog::from_runs((0..1025).map(|i| (T + 3 * i, 1)));
         let bytes = canonical(&many);
         assert_eq!(Header::read(&bytes).runs, 1024);
@@ -2444,11 +2843,17 @@ mod tests {
         for i in 0..10_000 {
             log.record(T + i * 1000, 1);
         }
-        let Form::Large(blocks) = log.form() else { panic!("{:?}", log.form()) };
+        let Form::Large(blocks) = log.form() else {
+            panic!("{:?}", log.form())
+        };
         assert!(blocks > 10, "{blocks} blocks");
         let before = block_pointers(&log);
         assert_eq!(log.trim(T - 1), 0);
-        assert_eq!(block_pointers(&log), before, "a trim with nothing expired changes nothing");
+        assert_eq!(
+            block_pointers(&log),
+            before,
+            "a trim with nothing expired changes nothing"
+        );
         assert_eq!(log.trim(T + 4_999_000), 5000);
         assert_eq!(log.len(), 5000);
         assert_eq!(log.runs().next(), Some((T + 5_000_000, 1)));
@@ -2473,17 +2878,27 @@ mod tests {
         for i in 0..600 {
             log.record(T + i * 1000, 1);
         }
-        let Some(Root::Inline(block)) = log.root() else { panic!() };
+        let Some(Root::Inline(block)) = log.root() else {
+            panic!()
+        };
         let (size, before) = (block.size(), block.0);
         for i in 0..127 {
             assert_eq!(log.trim(T + i * 1000), 1);
-            let Some(Root::Inline(block)) = log.root() else { panic!() };
+            let Some(Root::Inline(block)) = log.root() else {
+                panic!()
+            };
             assert_eq!(block.header().dead, i as u32 + 1);
             assert_eq!(block.0, before, "a trim moves nothing");
         }
         assert_eq!(log.trim(T + 127 * 1000), 1);
-        let Some(Root::Inline(block)) = log.root() else { panic!() };
-        assert_eq!((block.header().dead, block.header().runs), (0, 600 - 128), "shifted out at 128");
+        let Some(Root::Inline(block)) = log.root() else {
+            panic!()
+        };
+        assert_eq!(
+            (block.header().dead, block.header().runs),
+            (0, 600 - 128),
+            "shifted out at 128"
+        );
         assert_eq!(log.runs().next(), Some((T + 128 * 1000, 1)));
         // Steady state: one trimmed, one added, 10,000 times: no growth.
         for i in 600..10_600 {
@@ -2491,9 +2906,14 @@ mod tests {
             assert_eq!(log.trim(T + (i - 600 + 128) * 1000), 1);
             assert_eq!(log.len(), 600 - 128);
         }
-        let Some(Root::Inline(block)) = log.root() else { panic!() };
+        let Some(Root::Inline(block)) = log.root() else {
+            panic!()
+        };
         assert!(block.size() <= size, "{} B, {size} B before", block.size());
-        assert_eq!(canonical(&log), canonical(&RunLog::from_runs(log.runs().collect::<Vec<_>>())));
+        assert_eq!(
+            canonical(&log),
+            canonical(&RunLog::from_runs(log.runs().collect::<Vec<_>>()))
+        );
     }
 
     /// Every index entry agrees with its block, and the root's count with
@@ -2518,9 +2938,15 @@ mod tests {
                 for r in large.refs() {
                     check(r.block);
                     assert!(r.block.live_runs() > 0);
-                    assert_eq!((r.first_ms, u64::from(r.entries)), (r.block.first_ms(), r.block.entries()));
+                    assert_eq!(
+                        (r.first_ms, u64::from(r.entries)),
+                        (r.block.first_ms(), r.block.entries())
+                    );
                 }
-                assert_eq!(large.entries(), large.refs().iter().map(|r| u64::from(r.entries)).sum::<u64>());
+                assert_eq!(
+                    large.entries(),
+                    large.refs().iter().map(|r| u64::from(r.entries)).sum::<u64>()
+                );
             }
         }
     }
@@ -2540,7 +2966,11 @@ mod tests {
                 for i in 0..size + 600 {
                     let now = T + i * step_ms;
                     let cutoff = now - window;
-                    assert_eq!(ours.trim(cutoff), reference.trim(cutoff), "size {size} step {step_ms} call {i}");
+                    assert_eq!(
+                        ours.trim(cutoff),
+                        reference.trim(cutoff),
+                        "size {size} step {step_ms} call {i}"
+                    );
                     ours.record(now, cost as u64);
                     reference.record(now, cost as u64);
                     assert_eq!(ours.len(), reference.len());
@@ -2550,7 +2980,10 @@ mod tests {
                         assert_consistent(&ours);
                     }
                 }
-                assert_eq!(canonical(&ours), canonical(&RunLog::from_runs(ours.runs().collect::<Vec<_>>())));
+                assert_eq!(
+                    canonical(&ours),
+                    canonical(&RunLog::from_runs(ours.runs().collect::<Vec<_>>()))
+                );
             }
         }
     }
@@ -2572,8 +3005,13 @@ mod tests {
                 }
                 let Some(slots) = (0..runs).try_fold(Slots { dw: 0, cw: 0 }, |slots, i| {
                     let gap = if i > 0 { (list[i].0 - list[i - 1].0) as u64 } else { 1 };
-                    Some(Slots { dw: slots.dw.max(width_of(gap - 1)), cw: slots.cw.max(width_of(list[i].1 - 1)) })
-                }) else { unreachable!() };
+                    Some(Slots {
+                        dw: slots.dw.max(width_of(gap - 1)),
+                        cw: slots.cw.max(width_of(list[i].1 - 1)),
+                    })
+                }) else {
+                    unreachable!()
+                };
                 if slots.bytes(runs as u32) + 64 > BLOCK_BYTES {
                     continue;
                 }
@@ -2585,7 +3023,10 @@ mod tests {
                     if dead > 0 {
                         block.drop_front(dead, expired, list[dead as usize].0);
                     }
-                    let to = Slots { dw: (slots.dw + extra_dw).min(40), cw: (slots.cw + extra_cw).min(30) };
+                    let to = Slots {
+                        dw: (slots.dw + extra_dw).min(40),
+                        cw: (slots.cw + extra_cw).min(30),
+                    };
                     if to.bytes(runs as u32) > BLOCK_BYTES {
                         block.free();
                         continue;
@@ -2593,8 +3034,16 @@ mod tests {
                     block.reserve(to.bytes(runs as u32));
                     block.widen(to);
                     let header = block.header();
-                    assert_eq!((header.dw, header.cw, header.dead), (to.dw, to.cw, 0), "{dw}/{cw} -> {to:?}");
-                    assert_eq!(block.runs().collect::<Vec<_>>(), list[dead as usize..], "{dw}/{cw} -> {to:?}, {runs} runs");
+                    assert_eq!(
+                        (header.dw, header.cw, header.dead),
+                        (to.dw, to.cw, 0),
+                        "{dw}/{cw} -> {to:?}"
+                    );
+                    assert_eq!(
+                        block.runs().collect::<Vec<_>>(),
+                        list[dead as usize..],
+                        "{dw}/{cw} -> {to:?}, {runs} runs"
+                    );
                     assert_eq!(block.entries(), list[dead as usize..].iter().map(|r| r.1).sum::<u64>());
                     block.free();
                 }
@@ -2673,10 +3122,21 @@ mod tests {
                     assert_eq!(log.len(), reference.len(), "{what}");
                     assert_eq!(log.newest(), reference.newest(), "{what}");
                     for cutoff in [T - 1, T, T + gap * size / 2, T + gap * (size - 1)] {
-                        assert_eq!(log.count_expired(cutoff), reference.count_expired(cutoff), "{what} {cutoff}");
-                        assert_eq!(log.nth_live(cutoff, 1), reference.nth_live(cutoff, 1), "{what} {cutoff}");
+                        assert_eq!(
+                            log.count_expired(cutoff),
+                            reference.count_expired(cutoff),
+                            "{what} {cutoff}"
+                        );
+                        assert_eq!(
+                            log.nth_live(cutoff, 1),
+                            reference.nth_live(cutoff, 1),
+                            "{what} {cutoff}"
+                        );
                     }
-                    assert_eq!(RunLog::decode(&canonical(log)).unwrap().runs().collect::<Vec<_>>(), log.runs().collect::<Vec<_>>());
+                    assert_eq!(
+                        RunLog::decode(&canonical(log)).unwrap().runs().collect::<Vec<_>>(),
+                        log.runs().collect::<Vec<_>>()
+                    );
                 };
                 let what = format!("gap {gap}, {size} entries (capacity {capacity})");
                 // Admissions.
@@ -2740,16 +3200,32 @@ mod tests {
                     _ => now + rng.below(70) as i64,
                 }
                 .clamp(0, MAX_EXACT_MS);
-                let cutoff = if big { now - 1 - rng.below(200_000) as i64 } else { now - 1 - rng.below(2000) as i64 };
+                let cutoff = if big {
+                    now - 1 - rng.below(200_000) as i64
+                } else {
+                    now - 1 - rng.below(2000) as i64
+                };
                 match rng.below(if big { 12 } else { 6 }) {
                     0 => assert_eq!(ours.trim(cutoff), reference.trim(cutoff)),
                     1 => {
-                        let stamp = reference.0.get(rng.below(reference.0.len() as u64 + 1) as usize).copied().unwrap_or(now);
+                        let stamp = reference
+                            .0
+                            .get(rng.below(reference.0.len() as u64 + 1) as usize)
+                            .copied()
+                            .unwrap_or(now);
                         let count = 1 + rng.below(3);
-                        assert_eq!(ours.remove_at(stamp, count), reference.remove_at(stamp, count), "remove_at({stamp}, {count})");
+                        assert_eq!(
+                            ours.remove_at(stamp, count),
+                            reference.remove_at(stamp, count),
+                            "remove_at({stamp}, {count})"
+                        );
                     }
                     _ => {
-                        let cost = if !big && rng.below(50) == 0 { 1 + rng.below(10_000) } else { 1 + rng.below(3) };
+                        let cost = if !big && rng.below(50) == 0 {
+                            1 + rng.below(10_000)
+                        } else {
+                            1 + rng.below(3)
+                        };
                         ours.record(now, cost);
                         reference.record(now, cost);
                     }

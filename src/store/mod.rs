@@ -17,9 +17,9 @@
 pub mod compact;
 pub mod effect;
 pub mod encoding;
-pub mod zset;
 #[cfg(test)]
 mod stream_bench;
+pub mod zset;
 
 use std::ffi::{c_char, c_int};
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -64,23 +64,54 @@ pub fn missing_api() -> Option<&'static str> {
         }};
     }
     first_missing!(
-        RedisModule_OpenKey, RedisModule_CloseKey, RedisModule_KeyType, RedisModule_ValueLength,
-        RedisModule_ZsetFirstInScoreRange, RedisModule_ZsetLastInScoreRange,
-        RedisModule_ZsetRangeEndReached, RedisModule_ZsetRangeStop, RedisModule_ZsetRangeNext,
+        RedisModule_OpenKey,
+        RedisModule_CloseKey,
+        RedisModule_KeyType,
+        RedisModule_ValueLength,
+        RedisModule_ZsetFirstInScoreRange,
+        RedisModule_ZsetLastInScoreRange,
+        RedisModule_ZsetRangeEndReached,
+        RedisModule_ZsetRangeStop,
+        RedisModule_ZsetRangeNext,
         RedisModule_ZsetRangePrev,
-        RedisModule_ZsetRangeCurrentElement, RedisModule_ZsetAdd, RedisModule_ZsetRem,
-        RedisModule_DeleteKey, RedisModule_GetExpire, RedisModule_SetExpire, RedisModule_Replicate,
-        RedisModule_ReplicateVerbatim, RedisModule_GetContextFlags,
-        RedisModule_NotifyKeyspaceEvent, RedisModule_CreateString, RedisModule_CreateStringFromLongLong,
-        RedisModule_FreeString, RedisModule_StringPtrLen, RedisModule_Milliseconds,
-        RedisModule_WrongArity, RedisModule_ReplyWithLongLong, RedisModule_ReplyWithArray,
-        RedisModule_ReplyWithError, RedisModule_SetModuleOptions, RedisModule_SignalModifiedKey,
+        RedisModule_ZsetRangeCurrentElement,
+        RedisModule_ZsetAdd,
+        RedisModule_ZsetRem,
+        RedisModule_DeleteKey,
+        RedisModule_GetExpire,
+        RedisModule_SetExpire,
+        RedisModule_Replicate,
+        RedisModule_ReplicateVerbatim,
+        RedisModule_GetContextFlags,
+        RedisModule_NotifyKeyspaceEvent,
+        RedisModule_CreateString,
+        RedisModule_CreateStringFromLongLong,
+        RedisModule_FreeString,
+        RedisModule_StringPtrLen,
+        RedisModule_Milliseconds,
+        RedisModule_WrongArity,
+        RedisModule_ReplyWithLongLong,
+        RedisModule_ReplyWithArray,
+        RedisModule_ReplyWithError,
+        RedisModule_SetModuleOptions,
+        RedisModule_SignalModifiedKey,
         // The compact form (its callbacks run only once its type is registered).
-        RedisModule_CreateDataType, RedisModule_ModuleTypeGetType, RedisModule_ModuleTypeGetValue,
-        RedisModule_ModuleTypeSetValue, RedisModule_ModuleTypeReplaceValue, RedisModule_SaveUnsigned, RedisModule_LoadUnsigned,
-        RedisModule_SaveStringBuffer, RedisModule_LoadStringBuffer, RedisModule_IsIOError,
-        RedisModule_EmitAOF, RedisModule_DigestAddStringBuffer, RedisModule_DigestEndSequence,
-        RedisModule_Free, RedisModule_Log, RedisModule_LogIOError,
+        RedisModule_CreateDataType,
+        RedisModule_ModuleTypeGetType,
+        RedisModule_ModuleTypeGetValue,
+        RedisModule_ModuleTypeSetValue,
+        RedisModule_ModuleTypeReplaceValue,
+        RedisModule_SaveUnsigned,
+        RedisModule_LoadUnsigned,
+        RedisModule_SaveStringBuffer,
+        RedisModule_LoadStringBuffer,
+        RedisModule_IsIOError,
+        RedisModule_EmitAOF,
+        RedisModule_DigestAddStringBuffer,
+        RedisModule_DigestEndSequence,
+        RedisModule_Free,
+        RedisModule_Log,
+        RedisModule_LogIOError,
     )
 }
 
@@ -153,14 +184,22 @@ impl Key {
     /// `ctx` and `name` must be the live context and a string of the command
     /// being executed.
     pub unsafe fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, writable: bool) -> Key {
-        let mode = if writable { raw::REDISMODULE_READ | raw::REDISMODULE_WRITE } else { raw::REDISMODULE_READ };
+        let mode = if writable {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
         let raw = unsafe { api!(RedisModule_OpenKey)(ctx, name, mode as c_int) };
         Key { ctx, raw, name }
     }
 
     /// A stand-in that holds no key (closes nothing).
     fn detached() -> Key {
-        Key { ctx: std::ptr::null_mut(), raw: std::ptr::null_mut(), name: std::ptr::null_mut() }
+        Key {
+            ctx: std::ptr::null_mut(),
+            raw: std::ptr::null_mut(),
+            name: std::ptr::null_mut(),
+        }
     }
 
     pub fn holds(&self) -> Holds {
@@ -195,7 +234,8 @@ impl Key {
 
     /// Whether the key has no expiry, or one within `ttl_ms - TTL_REFRESH_SLACK_MS` from now.
     fn needs_expiry(&self, ttl_ms: i64) -> bool {
-        self.ttl_ms().is_none_or(|remaining_ms| remaining_ms <= ttl_ms - TTL_REFRESH_SLACK_MS)
+        self.ttl_ms()
+            .is_none_or(|remaining_ms| remaining_ms <= ttl_ms - TTL_REFRESH_SLACK_MS)
     }
 
     /// Sets the key to expire at `expire_at_ms` (replication is the form's).
@@ -214,7 +254,13 @@ impl Key {
     pub fn replicate_pexpireat(&self, expire_at_ms: i64) {
         // SAFETY: "s" the key name, "l" a long long.
         unsafe {
-            api!(RedisModule_Replicate)(self.ctx, c"PEXPIREAT".as_ptr(), c"sl".as_ptr(), self.name, expire_at_ms as std::ffi::c_longlong)
+            api!(RedisModule_Replicate)(
+                self.ctx,
+                c"PEXPIREAT".as_ptr(),
+                c"sl".as_ptr(),
+                self.name,
+                expire_at_ms as std::ffi::c_longlong,
+            )
         };
     }
 
@@ -410,7 +456,12 @@ impl Log for Window {
 ///
 /// # Safety
 /// As for [`open`].
-pub unsafe fn convert(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, to: Form, max_entries: u64) -> Result<bool, Refusal> {
+pub unsafe fn convert(
+    ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    to: Form,
+    max_entries: u64,
+) -> Result<bool, Refusal> {
     let key = unsafe { Key::open(ctx, name, true) };
     let from = match key.holds() {
         Holds::Nothing => return Ok(false),
@@ -428,7 +479,9 @@ pub unsafe fn convert(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModule
             "the window holds {entries} entries, more than xcloak.max-limit ({max_entries}); raise it to convert into a sorted set"
         )));
     }
-    let expire_at_ms = key.ttl_ms().map(|ttl_ms| unsafe { api!(RedisModule_Milliseconds)() } + ttl_ms);
+    let expire_at_ms = key
+        .ttl_ms()
+        .map(|ttl_ms| unsafe { api!(RedisModule_Milliseconds)() } + ttl_ms);
     key.delete();
     // SAFETY: "s" the key name.
     unsafe { api!(RedisModule_Replicate)(ctx, c"DEL".as_ptr(), c"s".as_ptr(), name) };
@@ -554,7 +607,11 @@ mod decimal_tests {
             for width in [1, 2, 5, 10, 13, 20] {
                 let mut out = [b'x'; 24];
                 let len = write_decimal(&mut out, value, width);
-                assert_eq!(&out[..len], format!("{value:0width$}").as_bytes(), "{value} at width {width}");
+                assert_eq!(
+                    &out[..len],
+                    format!("{value:0width$}").as_bytes(),
+                    "{value} at width {width}"
+                );
                 assert!(out[len..].iter().all(|&b| b == b'x'), "{value} wrote past its length");
             }
         }

@@ -8,7 +8,14 @@ use crate::window::{self, Log};
 const BASE_MS: i64 = 1_732_941_234_567;
 
 fn request(window_ms: i64, limit: i64) -> Request {
-    Request { tiers: Tiers::one(Tier { window_ms, limit }), cost: 1, now_ms: None, details: false, stamp: false, oldest: false }
+    Request {
+        tiers: Tiers::one(Tier { window_ms, limit }),
+        cost: 1,
+        now_ms: None,
+        details: false,
+        stamp: false,
+        oldest: false,
+    }
 }
 
 #[inline(never)]
@@ -61,7 +68,11 @@ fn refund_bench() {
     }
     for j in 0..calls {
         // As callgrind_refund.py: consecutive stamps about the middle, each once.
-        let at = if size > calls { size / 2 + j - calls / 2 } else { j % size };
+        let at = if size > calls {
+            size / 2 + j - calls / 2
+        } else {
+            j % size
+        };
         let stamp = BASE_MS + at * 1000;
         assert_eq!(refund_measure(&mut log, stamp), 1);
         log.record(stamp, 1);

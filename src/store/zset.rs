@@ -54,7 +54,13 @@ pub struct ZsetLog {
 
 impl ZsetLog {
     pub fn new(key: Key) -> ZsetLog {
-        ZsetLog { key, changes: Changes::default(), first_added: None, more_added: Vec::new(), removed: Vec::new() }
+        ZsetLog {
+            key,
+            changes: Changes::default(),
+            first_added: None,
+            more_added: Vec::new(),
+            removed: Vec::new(),
+        }
     }
 
     fn ctx(&self) -> *mut raw::RedisModuleCtx {
@@ -100,17 +106,39 @@ impl ZsetLog {
         // its length. RedisModule_Replicate retains what it needs.
         unsafe {
             if self.changes.trimmed > 0 {
-                replicate(ctx, c"ZREMRANGEBYSCORE".as_ptr(), c"scl".as_ptr(), name, c"-inf".as_ptr(), self.changes.cutoff_ms as std::ffi::c_longlong);
+                replicate(
+                    ctx,
+                    c"ZREMRANGEBYSCORE".as_ptr(),
+                    c"scl".as_ptr(),
+                    name,
+                    c"-inf".as_ptr(),
+                    self.changes.cutoff_ms as std::ffi::c_longlong,
+                );
             }
             if !self.removed.is_empty() {
-                let members: Vec<*mut raw::RedisModuleString> = self.removed.iter().map(|member| member.string).collect();
-                replicate(ctx, c"ZREM".as_ptr(), c"sv".as_ptr(), name, members.as_ptr(), members.len());
+                let members: Vec<*mut raw::RedisModuleString> =
+                    self.removed.iter().map(|member| member.string).collect();
+                replicate(
+                    ctx,
+                    c"ZREM".as_ptr(),
+                    c"sv".as_ptr(),
+                    name,
+                    members.as_ptr(),
+                    members.len(),
+                );
             }
             if let Some(first) = &self.first_added {
                 let at_ms = self.changes.added_at_ms;
                 if self.more_added.is_empty() {
                     // The common case, cost 1: no argument vector to build.
-                    replicate(ctx, c"ZADD".as_ptr(), c"sls".as_ptr(), name, at_ms as std::ffi::c_longlong, first.string);
+                    replicate(
+                        ctx,
+                        c"ZADD".as_ptr(),
+                        c"sls".as_ptr(),
+                        name,
+                        at_ms as std::ffi::c_longlong,
+                        first.string,
+                    );
                 } else {
                     let members: Vec<&Owned> = std::iter::once(first).chain(&self.more_added).collect();
                     replicate_zadd(&self.key, at_ms, &members);
@@ -132,14 +160,27 @@ fn replicate_zadd(key: &Key, at_ms: i64, members: &[&Owned]) {
         argv.push(member.string);
     }
     // SAFETY: "s" the key name, "v" an array of RedisModuleStrings and its length.
-    unsafe { api!(RedisModule_Replicate)(key.ctx, c"ZADD".as_ptr(), c"sv".as_ptr(), key.name, argv.as_ptr(), argv.len()) };
+    unsafe {
+        api!(RedisModule_Replicate)(
+            key.ctx,
+            c"ZADD".as_ptr(),
+            c"sv".as_ptr(),
+            key.name,
+            argv.as_ptr(),
+            argv.len(),
+        )
+    };
 }
 
 fn seek(key: &Key, min: f64, max: f64, min_exclusive: bool, first: bool) -> bool {
     if key.is_empty() {
         return false;
     }
-    let seek = if first { api!(RedisModule_ZsetFirstInScoreRange) } else { api!(RedisModule_ZsetLastInScoreRange) };
+    let seek = if first {
+        api!(RedisModule_ZsetFirstInScoreRange)
+    } else {
+        api!(RedisModule_ZsetLastInScoreRange)
+    };
     // SAFETY: the key is an open, non-empty sorted set.
     unsafe {
         seek(key.raw, min, max, min_exclusive as c_int, 0) == raw::REDISMODULE_OK as c_int
@@ -166,7 +207,10 @@ pub fn read_runs(key: &Key) -> Result<Vec<(i64, u64)>, String> {
         let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score) };
         drop(Owned::adopt(key.ctx, member));
         if !(0.0..=crate::args::MAX_EXACT_MS as f64).contains(&score) {
-            break Err(format!("the sorted set holds a score ({score}) that is not a stamp from 0 to {}", crate::args::MAX_EXACT_MS));
+            break Err(format!(
+                "the sorted set holds a score ({score}) that is not a stamp from 0 to {}",
+                crate::args::MAX_EXACT_MS
+            ));
         }
         let stamp_ms = score_ms(score);
         match runs.last_mut() {
@@ -410,7 +454,9 @@ mod tests {
     #[test]
     fn members_are_unique_across_stamps_and_slots() {
         let mut seen = std::collections::HashSet::new();
-        let stamps = (0..50).chain(1_732_941_234_500..1_732_941_234_550).chain([99_999_999_999]);
+        let stamps = (0..50)
+            .chain(1_732_941_234_500..1_732_941_234_550)
+            .chain([99_999_999_999]);
         for now_ms in stamps {
             for k in (0..1005).chain([99_999, 100_000]) {
                 assert!(seen.insert(member(now_ms, k)), "duplicate at {now_ms}/{k}");
@@ -421,7 +467,10 @@ mod tests {
     #[test]
     fn members_sort_by_slot_within_a_stamp() {
         let now_ms = 1_732_941_234_567;
-        let texts: Vec<String> = [0, 1, 10, 999, 1000, 1001, 9999, 10_000, 1_000_000].iter().map(|&k| member(now_ms, k)).collect();
+        let texts: Vec<String> = [0, 1, 10, 999, 1000, 1001, 9999, 10_000, 1_000_000]
+            .iter()
+            .map(|&k| member(now_ms, k))
+            .collect();
         let mut sorted = texts.clone();
         sorted.sort();
         assert_eq!(texts, sorted, "the last member at a score must carry the largest slot");
@@ -436,10 +485,36 @@ mod tests {
 
     #[test]
     fn members_are_the_stamps_last_11_digits_then_the_slot() {
-        for now_ms in [0, 1, 9, 10, 999, 99_999_999_999, 100_000_000_000, 1_732_941_234_567, crate::args::MAX_EXACT_MS] {
+        for now_ms in [
+            0,
+            1,
+            9,
+            10,
+            999,
+            99_999_999_999,
+            100_000_000_000,
+            1_732_941_234_567,
+            crate::args::MAX_EXACT_MS,
+        ] {
             let stamp = now_ms % 100_000_000_000;
-            for k in [0, 1, 9, 10, 999, 1000, 1001, 123_456, 999_999_999, 1_000_000_000, 12_345_678_901] {
-                let expected = if k < 1000 { format!("{}", stamp * 1000 + k) } else { format!("{stamp}:{k:010}") };
+            for k in [
+                0,
+                1,
+                9,
+                10,
+                999,
+                1000,
+                1001,
+                123_456,
+                999_999_999,
+                1_000_000_000,
+                12_345_678_901,
+            ] {
+                let expected = if k < 1000 {
+                    format!("{}", stamp * 1000 + k)
+                } else {
+                    format!("{stamp}:{k:010}")
+                };
                 assert_eq!(member(now_ms, k), expected);
             }
         }

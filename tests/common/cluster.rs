@@ -81,17 +81,27 @@ impl Cluster {
     /// Same, with a base configuration (module args, persistence, ...).
     pub fn start_with(config: ServerConfig, primaries: usize, replicas_per_primary: usize) -> Cluster {
         assert!(primaries >= 3, "redis-cli --cluster create needs at least 3 primaries");
-        let mut config = config.arg("cluster-enabled", "yes").arg("cluster-config-file", "nodes.conf");
+        let mut config = config
+            .arg("cluster-enabled", "yes")
+            .arg("cluster-config-file", "nodes.conf");
         // 15 s (the server's default) unless the caller set it (fault tests fail over faster).
         if !config.has_arg("cluster-node-timeout") {
             config = config.arg("cluster-node-timeout", "15000");
         }
         let total = primaries * (1 + replicas_per_primary);
         let nodes: Vec<Server> = (0..total).map(|_| config.clone().start()).collect();
-        let cluster = Cluster { nodes, primaries, replicas_per_primary };
+        let cluster = Cluster {
+            nodes,
+            primaries,
+            replicas_per_primary,
+        };
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(cluster.addrs());
-        args.extend(["--cluster-replicas".into(), replicas_per_primary.to_string(), "--cluster-yes".into()]);
+        args.extend([
+            "--cluster-replicas".into(),
+            replicas_per_primary.to_string(),
+            "--cluster-yes".into(),
+        ]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let output = redis_cli(&args);
         assert!(
@@ -141,7 +151,11 @@ impl Cluster {
         let mut all = vec!["-c", "-h", "127.0.0.1", "-p", port.as_str()];
         all.extend_from_slice(args);
         let output = redis_cli(&all);
-        assert!(output.status.success(), "redis-cli {all:?}: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "redis-cli {all:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         String::from_utf8_lossy(&output.stdout).trim().to_string()
     }
 
@@ -153,7 +167,9 @@ impl Cluster {
         for node in &self.nodes {
             let ready = eventually(Duration::from_secs(60), || {
                 let Ok(mut conn) = node.try_client() else { return false };
-                let Ok(info) = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut conn) else { return false };
+                let Ok(info) = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut conn) else {
+                    return false;
+                };
                 let field = |name: &str| field_of(&info, name);
                 if field("cluster_state").as_deref() != Some("ok")
                     || field("cluster_slots_assigned").as_deref() != Some("16384")
@@ -161,7 +177,9 @@ impl Cluster {
                 {
                     return false;
                 }
-                let Ok(repl) = redis::cmd("INFO").arg("replication").query::<String>(&mut conn) else { return false };
+                let Ok(repl) = redis::cmd("INFO").arg("replication").query::<String>(&mut conn) else {
+                    return false;
+                };
                 !repl.contains("role:slave") || repl.contains("master_link_status:up")
             });
             assert!(ready, "cluster node {} not ready:\n{}", node.port, node.log());
@@ -177,7 +195,11 @@ impl Cluster {
         assert!(
             agreed,
             "cluster nodes disagree on the slot map after 60 s:\n{}",
-            self.nodes.iter().map(|n| format!("{}: {:?}", n.port, config_signature(n))).collect::<Vec<_>>().join("\n")
+            self.nodes
+                .iter()
+                .map(|n| format!("{}: {:?}", n.port, config_signature(n)))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
 
@@ -205,22 +227,33 @@ impl Cluster {
     /// `master_port` in INFO replication).
     pub fn primary_of(&self, index: usize) -> usize {
         let port = self.nodes[index].with(|c| info_field(c, "replication", "master_port"));
-        let port: u16 = port.and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("node {} is not a replica", self.nodes[index].port));
-        self.nodes.iter().position(|n| n.port == port).expect("its primary is one of our nodes")
+        let port: u16 = port
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("node {} is not a replica", self.nodes[index].port));
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .expect("its primary is one of our nodes")
     }
 
     /// Index of the primary serving `slot`, as the first node sees it.
     pub fn owner_of_slot(&self, slot: u16) -> usize {
         let ranges: Vec<(i64, i64, (String, i64))> = self.nodes[0].with(|c| {
             let value: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(c).unwrap();
-            let redis::Value::Array(items) = value else { panic!("CLUSTER SLOTS: {value:?}") };
+            let redis::Value::Array(items) = value else {
+                panic!("CLUSTER SLOTS: {value:?}")
+            };
             items
                 .into_iter()
                 .map(|item| {
-                    let redis::Value::Array(parts) = item else { panic!("slot range: {item:?}") };
+                    let redis::Value::Array(parts) = item else {
+                        panic!("slot range: {item:?}")
+                    };
                     let start: i64 = redis::from_redis_value(&parts[0]).unwrap();
                     let end: i64 = redis::from_redis_value(&parts[1]).unwrap();
-                    let redis::Value::Array(primary) = &parts[2] else { panic!("slot owner") };
+                    let redis::Value::Array(primary) = &parts[2] else {
+                        panic!("slot owner")
+                    };
                     let host: String = redis::from_redis_value(&primary[0]).unwrap();
                     let port: i64 = redis::from_redis_value(&primary[1]).unwrap();
                     (start, end, (host, port))
@@ -231,7 +264,10 @@ impl Cluster {
             .iter()
             .find(|(start, end, _)| (*start..=*end).contains(&(slot as i64)))
             .unwrap_or_else(|| panic!("slot {slot} not served"));
-        self.nodes.iter().position(|n| n.port as i64 == *port).expect("owner is one of our nodes")
+        self.nodes
+            .iter()
+            .position(|n| n.port as i64 == *port)
+            .expect("owner is one of our nodes")
     }
 
     /// Index of the primary serving `key`.
@@ -251,7 +287,12 @@ fn config_signature(node: &Server) -> Option<String> {
         .lines()
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let mut ranges: Vec<&str> = fields.get(8..)?.iter().copied().filter(|r| !r.starts_with('[')).collect();
+            let mut ranges: Vec<&str> = fields
+                .get(8..)?
+                .iter()
+                .copied()
+                .filter(|r| !r.starts_with('['))
+                .collect();
             if ranges.is_empty() {
                 return None;
             }

@@ -34,10 +34,14 @@ pub fn server_binary() -> String {
 }
 
 pub fn module_path() -> PathBuf {
-    let path = std::env::var_os("XCLOAK_MODULE").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libxcloak.so")
-    });
-    assert!(path.exists(), "module not built at {} (run `make build` or `make test`)", path.display());
+    let path = std::env::var_os("XCLOAK_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libxcloak.so"));
+    assert!(
+        path.exists(),
+        "module not built at {} (run `make build` or `make test`)",
+        path.display()
+    );
     path
 }
 
@@ -45,7 +49,10 @@ pub fn module_path() -> PathBuf {
 fn version_line() -> &'static str {
     static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     LINE.get_or_init(|| {
-        let output = Command::new(server_binary()).arg("--version").output().expect("server binary runs");
+        let output = Command::new(server_binary())
+            .arg("--version")
+            .output()
+            .expect("server binary runs");
         String::from_utf8_lossy(&output.stdout).into_owned()
     })
 }
@@ -57,7 +64,11 @@ pub fn server_version() -> (u32, u32, u32) {
         .find_map(|word| word.strip_prefix("v="))
         .expect("a v=X.Y.Z in --version");
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    )
 }
 
 pub fn is_valkey() -> bool {
@@ -92,10 +103,17 @@ pub fn free_port() -> u16 {
     // after another, but the matrix and manual runs may overlap); the
     // atomic increment-and-wrap keeps every value in range and unique until
     // the whole range has been used.
-    let _ = NEXT_PORT.compare_exchange(0, FIRST + (std::process::id() % 250) as u16 * 50, Ordering::SeqCst, Ordering::SeqCst);
+    let _ = NEXT_PORT.compare_exchange(
+        0,
+        FIRST + (std::process::id() % 250) as u16 * 50,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
     loop {
         let port = NEXT_PORT
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| Some(if p >= LAST { FIRST } else { p + 1 }))
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| {
+                Some(if p >= LAST { FIRST } else { p + 1 })
+            })
             .unwrap();
         let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
         if free(port) && free(port + 10000) {
@@ -117,7 +135,12 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { module: true, module_args: Vec::new(), extra: Vec::new(), netns: None }
+        ServerConfig {
+            module: true,
+            module_args: Vec::new(),
+            extra: Vec::new(),
+            netns: None,
+        }
     }
 }
 
@@ -127,7 +150,10 @@ impl ServerConfig {
         ServerConfig::default().module_args(&["STORAGE", "compact"])
     }
     pub fn without_module() -> Self {
-        ServerConfig { module: false, ..Default::default() }
+        ServerConfig {
+            module: false,
+            ..Default::default()
+        }
     }
     pub fn module_args(mut self, args: &[&str]) -> Self {
         self.module_args = args.iter().map(|s| s.to_string()).collect();
@@ -162,7 +188,8 @@ impl ServerConfig {
             let end = (at + 3).min(self.extra.len());
             self.extra.drain(at..end);
         }
-        self.extra.extend(["--replicaof".to_string(), host.to_string(), port.to_string()]);
+        self.extra
+            .extend(["--replicaof".to_string(), host.to_string(), port.to_string()]);
         self
     }
     /// Whether `--name` is among the extra options.
@@ -189,11 +216,18 @@ impl ServerConfig {
             if let Ok(Some(_)) = child.try_wait() {
                 return server.log();
             }
-            let serving = server.try_client().and_then(|mut c| redis::cmd("PING").query::<String>(&mut c)).is_ok();
+            let serving = server
+                .try_client()
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                .is_ok();
             if serving || Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("server on {} should have refused to start:\n{}", server.port, server.log());
+                panic!(
+                    "server on {} should have refused to start:\n{}",
+                    server.port,
+                    server.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -237,19 +271,41 @@ impl Server {
         let dir = std::env::temp_dir().join(format!("xcloak-test-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("test directory");
-        let host = config.netns.as_ref().map_or_else(|| "127.0.0.1".to_string(), |(_, addr)| addr.clone());
-        Server { port, host, dir, config, child: None, port_taken: false, valgrind_checked: Vec::new() }
+        let host = config
+            .netns
+            .as_ref()
+            .map_or_else(|| "127.0.0.1".to_string(), |(_, addr)| addr.clone());
+        Server {
+            port,
+            host,
+            dir,
+            config,
+            child: None,
+            port_taken: false,
+            valgrind_checked: Vec::new(),
+        }
     }
 
     fn command_line(&self) -> Vec<String> {
         let mut args: Vec<String> = vec![
-            "--port".into(), self.port.to_string(),
-            "--bind".into(), if self.host == "127.0.0.1" { self.host.clone() } else { format!("127.0.0.1 {}", self.host) },
-            "--dir".into(), self.dir.display().to_string(),
-            "--logfile".into(), "server.log".into(),
-            "--save".into(), "".into(),
-            "--appendonly".into(), "no".into(),
-            "--protected-mode".into(), "no".into(),
+            "--port".into(),
+            self.port.to_string(),
+            "--bind".into(),
+            if self.host == "127.0.0.1" {
+                self.host.clone()
+            } else {
+                format!("127.0.0.1 {}", self.host)
+            },
+            "--dir".into(),
+            self.dir.display().to_string(),
+            "--logfile".into(),
+            "server.log".into(),
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+            "--protected-mode".into(),
+            "no".into(),
         ];
         if at_least_7_0() {
             args.extend(["--enable-debug-command".into(), "yes".into()]);
@@ -264,7 +320,11 @@ impl Server {
     }
 
     fn launch(&mut self) {
-        assert!(self.try_launch(), "port {} was taken by another process's server", self.port);
+        assert!(
+            self.try_launch(),
+            "port {} was taken by another process's server",
+            self.port
+        );
     }
 
     /// The server process, with this server's options, its output discarded
@@ -283,7 +343,11 @@ impl Server {
                 .collect();
         }
         if let Some((ns, _)) = &self.config.netns {
-            program = ["ip", "netns", "exec", ns.as_str()].into_iter().map(String::from).chain(program).collect();
+            program = ["ip", "netns", "exec", ns.as_str()]
+                .into_iter()
+                .map(String::from)
+                .chain(program)
+                .collect();
         }
         let mut command = Command::new(&program[0]);
         command.args(&program[1..]);
@@ -312,7 +376,10 @@ impl Server {
     fn answered_by_child(&self, conn: &mut Connection) -> bool {
         let Some(child) = self.child.as_ref() else { return false };
         let info: String = redis::cmd("INFO").arg("server").query(conn).unwrap_or_default();
-        let pid = info.lines().find_map(|l| l.strip_prefix("process_id:")).map(|v| v.trim().to_string());
+        let pid = info
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .map(|v| v.trim().to_string());
         pid.map_or(true, |pid| pid == child.id().to_string())
     }
 
@@ -345,7 +412,12 @@ impl Server {
                     panic!("server exited ({status}) on port {}:\n{}", self.port, self.log());
                 }
             }
-            assert!(Instant::now() < deadline, "server on {} not ready:\n{}", self.port, self.log());
+            assert!(
+                Instant::now() < deadline,
+                "server on {} not ready:\n{}",
+                self.port,
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -400,7 +472,8 @@ impl Server {
     }
 
     pub fn client(&self) -> Connection {
-        self.try_client().unwrap_or_else(|e| panic!("connect to {}: {e}\n{}", self.port, self.log()))
+        self.try_client()
+            .unwrap_or_else(|e| panic!("connect to {}: {e}\n{}", self.port, self.log()))
     }
 
     /// The server's process id, while it runs (for `kill -STOP` / `-CONT`).
@@ -443,12 +516,17 @@ impl Server {
     /// through the module (not while already failing: that would abort).
     fn check_valgrind_logs(&mut self) {
         let Some(dir) = valgrind::log_dir() else { return };
-        let (lines, failures) = valgrind::check_logs(&dir, &valgrind::log_prefix(self.port), &mut self.valgrind_checked);
+        let (lines, failures) =
+            valgrind::check_logs(&dir, &valgrind::log_prefix(self.port), &mut self.valgrind_checked);
         for line in lines {
             eprintln!("{line}");
         }
         if !failures.is_empty() && !std::thread::panicking() {
-            panic!("valgrind found errors in the server on port {}:\n{}", self.port, failures.join("\n\n"));
+            panic!(
+                "valgrind found errors in the server on port {}:\n{}",
+                self.port,
+                failures.join("\n\n")
+            );
         }
     }
 
@@ -482,17 +560,36 @@ impl Drop for Server {
 
 /// `XCLOAK.ALLOW key window limit NOW now` -> 0/1.
 pub fn allow_at(conn: &mut Connection, key: &str, window: i64, limit: i64, now: i64) -> i64 {
-    redis::cmd("XCLOAK.ALLOW").arg(key).arg(window).arg(limit).arg("NOW").arg(now).query(conn).unwrap()
+    redis::cmd("XCLOAK.ALLOW")
+        .arg(key)
+        .arg(window)
+        .arg(limit)
+        .arg("NOW")
+        .arg(now)
+        .query(conn)
+        .unwrap()
 }
 
 /// The article's script at `now` -> 0/1.
 pub fn article_at(conn: &mut Connection, key: &str, window: i64, limit: i64, now: i64) -> i64 {
-    redis::Script::new(ARTICLE_SCRIPT).key(key).arg(now).arg(window).arg(limit).invoke(conn).unwrap()
+    redis::Script::new(ARTICLE_SCRIPT)
+        .key(key)
+        .arg(now)
+        .arg(window)
+        .arg(limit)
+        .invoke(conn)
+        .unwrap()
 }
 
 /// Every (member, score) of a sorted set, in order.
 pub fn entries(conn: &mut Connection, key: &str) -> Vec<(String, f64)> {
-    redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(conn).unwrap()
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(conn)
+        .unwrap()
 }
 
 /// A small deterministic generator (xorshift64*): the same workload on
@@ -522,7 +619,13 @@ pub fn key_type(conn: &mut Connection, key: &str) -> String {
 /// converted to a sorted set (which also exercises COPY and XCLOAK.CONVERT).
 pub fn stored_stamps(conn: &mut Connection, key: &str) -> Vec<i64> {
     let scores = |conn: &mut Connection, key: &str| -> Vec<i64> {
-        let stored: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES").query(conn).unwrap();
+        let stored: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(conn)
+            .unwrap();
         stored.into_iter().map(|(_, score)| score as i64).collect()
     };
     match key_type(conn, key).as_str() {
@@ -530,11 +633,20 @@ pub fn stored_stamps(conn: &mut Connection, key: &str) -> Vec<i64> {
         "zset" => scores(conn, key),
         "xcloaklog" => {
             // In the key's slot (a cluster node refuses another one).
-            let copy = if key.contains('{') { format!("{key}:stamps") } else { format!("{{{key}}}:stamps") };
+            let copy = if key.contains('{') {
+                format!("{key}:stamps")
+            } else {
+                format!("{{{key}}}:stamps")
+            };
             let (copied, converted): (i64, i64) = redis::pipe()
                 .atomic()
-                .cmd("COPY").arg(key).arg(&copy).arg("REPLACE")
-                .cmd("XCLOAK.CONVERT").arg(&copy).arg("ZSET")
+                .cmd("COPY")
+                .arg(key)
+                .arg(&copy)
+                .arg("REPLACE")
+                .cmd("XCLOAK.CONVERT")
+                .arg(&copy)
+                .arg("ZSET")
                 .query(conn)
                 .unwrap();
             assert_eq!((copied, converted), (1, 1), "COPY and CONVERT of {key}");
@@ -559,7 +671,11 @@ pub fn info_field(conn: &mut Connection, section: &str, field: &str) -> Option<S
 
 /// The value of `field` in an INFO text (`field:value` lines).
 pub fn field_of(info: &str, field: &str) -> Option<String> {
-    info.lines().find_map(|line| line.strip_prefix(field)?.strip_prefix(':').map(|v| v.trim().to_string()))
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)?
+            .strip_prefix(':')
+            .map(|v| v.trim().to_string())
+    })
 }
 
 /// Waits (bounded, 60 s) until `replica` is linked and has applied everything
@@ -571,10 +687,15 @@ pub fn field_of(info: &str, field: &str) -> Option<String> {
 /// a replica just pointed elsewhere reports its old master's offset.)
 pub fn wait_replicated(primary: &Server, replica: &Server) {
     let replication = |server: &Server| -> Option<String> {
-        redis::cmd("INFO").arg("replication").query(&mut server.try_client().ok()?).ok()
+        redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut server.try_client().ok()?)
+            .ok()
     };
     let offset = |info: &str, field: &str| -> Option<u64> { field_of(info, field)?.parse().ok() };
-    let target = replication(primary).and_then(|info| offset(&info, "master_repl_offset")).expect("the primary's master_repl_offset");
+    let target = replication(primary)
+        .and_then(|info| offset(&info, "master_repl_offset"))
+        .expect("the primary's master_repl_offset");
     let port = primary.port.to_string();
     let applied = eventually(Duration::from_secs(60), || {
         replication(replica).is_some_and(|info| {

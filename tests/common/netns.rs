@@ -38,11 +38,18 @@ pub struct Network {
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
-    let output = Command::new("ip").args(args).output().map_err(|e| format!("cannot run ip: {e}"))?;
+    let output = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
     if output.status.success() {
         Ok(())
     } else {
-        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr).trim()))
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
     }
 }
 
@@ -54,13 +61,27 @@ impl Network {
         let tag = format!("{}", pid % 1_000_000);
         // 10.(100..=199).(0..=255).0/24, from the pid.
         let subnet = format!("10.{}.{}", 100 + (pid / 256) % 100, pid % 256);
-        let mut network = Network { hosts: Vec::new(), bridge: format!("xcb{tag}"), gateway: format!("{subnet}.1") };
+        let mut network = Network {
+            hosts: Vec::new(),
+            bridge: format!("xcb{tag}"),
+            gateway: format!("{subnet}.1"),
+        };
         ip(&["link", "add", &network.bridge, "type", "bridge"])?;
         let built = (|| {
-            ip(&["addr", "add", &format!("{}/24", network.gateway), "dev", &network.bridge])?;
+            ip(&[
+                "addr",
+                "add",
+                &format!("{}/24", network.gateway),
+                "dev",
+                &network.bridge,
+            ])?;
             ip(&["link", "set", &network.bridge, "up"])?;
             for i in 0..count {
-                let host = Host { ns: format!("xcn{tag}h{i}"), addr: format!("{subnet}.{}", 10 + i), root_end: format!("xcr{tag}h{i}") };
+                let host = Host {
+                    ns: format!("xcn{tag}h{i}"),
+                    addr: format!("{subnet}.{}", 10 + i),
+                    root_end: format!("xcr{tag}h{i}"),
+                };
                 let inner = format!("xci{tag}h{i}");
                 ip(&["netns", "add", &host.ns])?;
                 network.hosts.push(Arc::new(host));
@@ -108,11 +129,31 @@ impl Host {
     /// same on the other host, a partition between the two alone, while
     /// both still reach everyone else.
     pub fn block(&self, addr: &str) {
-        ip(&["netns", "exec", &self.ns, "ip", "route", "add", "blackhole", &format!("{addr}/32")]).expect("block an address");
+        ip(&[
+            "netns",
+            "exec",
+            &self.ns,
+            "ip",
+            "route",
+            "add",
+            "blackhole",
+            &format!("{addr}/32"),
+        ])
+        .expect("block an address");
     }
 
     pub fn unblock(&self, addr: &str) {
-        ip(&["netns", "exec", &self.ns, "ip", "route", "del", "blackhole", &format!("{addr}/32")]).expect("unblock an address");
+        ip(&[
+            "netns",
+            "exec",
+            &self.ns,
+            "ip",
+            "route",
+            "del",
+            "blackhole",
+            &format!("{addr}/32"),
+        ])
+        .expect("unblock an address");
     }
 
     /// Moves the calling thread into this host's namespace: the sockets it

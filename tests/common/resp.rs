@@ -76,7 +76,12 @@ fn number(bytes: &[u8]) -> io::Result<i64> {
     std::str::from_utf8(bytes)
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("not a number: {:?}", String::from_utf8_lossy(bytes))))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("not a number: {:?}", String::from_utf8_lossy(bytes)),
+            )
+        })
 }
 
 fn read_items(reader: &mut impl BufRead, count: i64) -> io::Result<Vec<Resp>> {
@@ -86,7 +91,9 @@ fn read_items(reader: &mut impl BufRead, count: i64) -> io::Result<Vec<Resp>> {
 /// Reads one value.
 pub fn read_value(reader: &mut impl BufRead) -> io::Result<Resp> {
     let line = read_line(reader)?;
-    let (kind, rest) = line.split_first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "empty line"))?;
+    let (kind, rest) = line
+        .split_first()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "empty line"))?;
     let text = || String::from_utf8_lossy(rest).into_owned();
     Ok(match kind {
         b'+' => Resp::Simple(text()),
@@ -112,7 +119,12 @@ pub fn read_value(reader: &mut impl BufRead) -> io::Result<Resp> {
         b'_' => Resp::Nil,
         b'#' => Resp::Int((rest == b"t") as i64),
         b',' => Resp::Simple(text()),
-        other => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown RESP type {:?}", *other as char))),
+        other => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("unknown RESP type {:?}", *other as char),
+            ))
+        }
     })
 }
 

@@ -35,7 +35,13 @@ pub struct SentinelSetup {
 
 impl SentinelSetup {
     pub fn new(config: ServerConfig, replicas: usize) -> SentinelSetup {
-        SentinelSetup { config, replicas, down_after_ms: 1000, failover_timeout_ms: 5000, priorities: None }
+        SentinelSetup {
+            config,
+            replicas,
+            down_after_ms: 1000,
+            failover_timeout_ms: 5000,
+            priorities: None,
+        }
     }
 }
 
@@ -85,7 +91,11 @@ impl Sentinel {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start sentinel {binary}: {e} (scripts/ensure-deps.sh redis-sentinel)"));
-        let sentinel = Sentinel { port, dir, child: Some(child) };
+        let sentinel = Sentinel {
+            port,
+            dir,
+            child: Some(child),
+        };
         let ready = eventually(Duration::from_secs(20), || sentinel.query(&["PING"]).is_some());
         assert!(ready, "sentinel on {port} not ready:\n{}", sentinel.log());
         sentinel
@@ -123,7 +133,10 @@ impl Sentinel {
     pub fn master_field(&self, field: &str) -> Option<String> {
         let reply = self.query(&["SENTINEL", "MASTER", MASTER_NAME])?;
         let pairs: Vec<String> = redis::from_redis_value(&reply).ok()?;
-        pairs.chunks(2).find(|pair| pair[0] == field).map(|pair| pair[1].clone())
+        pairs
+            .chunks(2)
+            .find(|pair| pair[0] == field)
+            .map(|pair| pair[1].clone())
     }
 }
 
@@ -169,8 +182,14 @@ impl SentinelGroup {
             nodes.push(config_of(i).replica_of(&host, port).start());
         }
         let bind = network.map_or_else(|| "127.0.0.1".to_string(), |n| format!("127.0.0.1 {}", n.gateway));
-        let sentinels = (0..3).map(|_| Sentinel::start(free_port(), &bind, &nodes[0], &setup)).collect();
-        let group = SentinelGroup { nodes, sentinels, setup };
+        let sentinels = (0..3)
+            .map(|_| Sentinel::start(free_port(), &bind, &nodes[0], &setup))
+            .collect();
+        let group = SentinelGroup {
+            nodes,
+            sentinels,
+            setup,
+        };
         group.wait_settled();
         group
     }
@@ -178,7 +197,10 @@ impl SentinelGroup {
     /// The primary a majority of the sentinels name, if they agree.
     pub fn primary(&self) -> Option<(String, u16)> {
         let named: Vec<(String, u16)> = self.sentinels.iter().filter_map(Sentinel::primary).collect();
-        named.iter().find(|candidate| named.iter().filter(|n| n == candidate).count() >= 2).cloned()
+        named
+            .iter()
+            .find(|candidate| named.iter().filter(|n| n == candidate).count() >= 2)
+            .cloned()
     }
 
     /// Index of the data node at `addr`.
@@ -221,7 +243,11 @@ impl SentinelGroup {
                     return None;
                 }
                 let offset: u64 = field_of(&info, "master_repl_offset")?.parse().ok()?;
-                for node in self.nodes.iter().filter(|n| n.port != primary.port || n.host != primary.host) {
+                for node in self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.port != primary.port || n.host != primary.host)
+                {
                     let mut conn = node.try_client().ok()?;
                     let info: String = redis::cmd("INFO").arg("replication").query(&mut conn).ok()?;
                     // Caught up: at least where the primary was when asked, a moment before.
@@ -238,7 +264,11 @@ impl SentinelGroup {
                 return;
             }
             if Instant::now() > deadline {
-                let logs: Vec<String> = self.sentinels.iter().map(|s| format!("sentinel {}:\n{}", s.port, s.log())).collect();
+                let logs: Vec<String> = self
+                    .sentinels
+                    .iter()
+                    .map(|s| format!("sentinel {}:\n{}", s.port, s.log()))
+                    .collect();
                 panic!("sentinel group not settled after 90 s:\n{}", logs.join("\n"));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -252,7 +282,9 @@ impl SentinelGroup {
     pub fn restart_as_replica(&mut self, index: usize) -> bool {
         let named = self.primary();
         let node = &mut self.nodes[index];
-        let as_replica = named.as_ref().is_some_and(|(host, port)| (host, *port) != (&node.host, node.port));
+        let as_replica = named
+            .as_ref()
+            .is_some_and(|(host, port)| (host, *port) != (&node.host, node.port));
         if let (true, Some((host, port))) = (as_replica, named) {
             node.config = node.config.clone().replica_of(&host, port);
         }
@@ -263,10 +295,27 @@ impl SentinelGroup {
     /// How far each replica is behind the primary, in bytes of the
     /// replication stream (`master_repl_offset` - `slave_repl_offset`).
     pub fn replica_lags(&self) -> Vec<i64> {
-        let Some(index) = self.primary_index() else { return Vec::new() };
-        let offset = |node: &Server, field: &str| -> Option<i64> { field_of(&redis::cmd("INFO").arg("replication").query::<String>(&mut node.try_connect()?).ok()?, field)?.parse().ok() };
-        let Some(primary) = offset(&self.nodes[index], "master_repl_offset") else { return Vec::new() };
-        (0..self.nodes.len()).filter(|&i| i != index).filter_map(|i| offset(&self.nodes[i], "slave_repl_offset").map(|o| primary - o)).collect()
+        let Some(index) = self.primary_index() else {
+            return Vec::new();
+        };
+        let offset = |node: &Server, field: &str| -> Option<i64> {
+            field_of(
+                &redis::cmd("INFO")
+                    .arg("replication")
+                    .query::<String>(&mut node.try_connect()?)
+                    .ok()?,
+                field,
+            )?
+            .parse()
+            .ok()
+        };
+        let Some(primary) = offset(&self.nodes[index], "master_repl_offset") else {
+            return Vec::new();
+        };
+        (0..self.nodes.len())
+            .filter(|&i| i != index)
+            .filter_map(|i| offset(&self.nodes[i], "slave_repl_offset").map(|o| primary - o))
+            .collect()
     }
 
     /// The sentinels' addresses, for clients.

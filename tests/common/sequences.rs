@@ -110,8 +110,16 @@ pub fn call() -> impl Strategy<Value = Call> {
             1 => (0..3_000i64).prop_map(Target::Unknown),
         ],
     );
-    (any::<bool>(), any::<bool>(), cost, step, prop::option::weighted(0.05, tiers()), refund, any::<bool>()).prop_map(
-        |(peek, details, cost, step, new_tiers, refund, stamp)| Call {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        cost,
+        step,
+        prop::option::weighted(0.05, tiers()),
+        refund,
+        any::<bool>(),
+    )
+        .prop_map(|(peek, details, cost, step, new_tiers, refund, stamp)| Call {
             refund,
             stamp: stamp && !(peek && details),
             peek: peek && details, // a quarter PEEK, the rest ALLOW with or without DETAILS
@@ -120,8 +128,7 @@ pub fn call() -> impl Strategy<Value = Call> {
             cost,
             step,
             new_tiers,
-        },
-    )
+        })
 }
 
 pub fn sequence() -> impl Strategy<Value = Sequence> {
@@ -159,7 +166,6 @@ pub fn command_of(call: &Call, key: &str, tiers: &[(i64, i64)], now: i64, refund
     }
     command
 }
-
 
 /// Each call of `sequence` with the tiers in force, its NOW (kept within
 /// 0 ..= 2^53 - 1, the range NOW accepts) and, for a refund, the stamp it

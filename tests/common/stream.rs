@@ -33,7 +33,9 @@ impl ReplicationStream {
     /// Attaches to the server on `port` as a replica and skips the RDB payload.
     pub fn attach(port: u16) -> ReplicationStream {
         let mut socket = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        socket.set_read_timeout(Some(super::valgrind::patience(Duration::from_secs(30)))).unwrap();
+        socket
+            .set_read_timeout(Some(super::valgrind::patience(Duration::from_secs(30))))
+            .unwrap();
         // SYNC gets the payload as `$<length>`: a replica that does not
         // announce `capa eof` is never sent a diskless `$EOF:` stream.
         socket.write_all(&resp::encode(&[b"SYNC"])).unwrap();
@@ -45,16 +47,29 @@ impl ReplicationStream {
                 break line;
             }
         };
-        assert_eq!(header.first(), Some(&b'$'), "unexpected SYNC reply {:?}", String::from_utf8_lossy(&header));
-        let length: u64 = String::from_utf8_lossy(&header[1..]).parse().expect("the payload length");
+        assert_eq!(
+            header.first(),
+            Some(&b'$'),
+            "unexpected SYNC reply {:?}",
+            String::from_utf8_lossy(&header)
+        );
+        let length: u64 = String::from_utf8_lossy(&header[1..])
+            .parse()
+            .expect("the payload length");
         io::copy(&mut (&mut reader).take(length), &mut io::sink()).unwrap();
-        ReplicationStream { reader, db: None, pings: 0, all: Vec::new() }
+        ReplicationStream {
+            reader,
+            db: None,
+            pings: 0,
+            all: Vec::new(),
+        }
     }
 
     /// The next command the server propagated, PINGs and SELECTs dealt with.
     pub fn next_command(&mut self) -> Vec<String> {
         loop {
-            let value = resp::read_value(&mut self.reader).unwrap_or_else(|e| panic!("replication stream: {e}; read so far: {:?}", self.all));
+            let value = resp::read_value(&mut self.reader)
+                .unwrap_or_else(|e| panic!("replication stream: {e}; read so far: {:?}", self.all));
             let words: Vec<String> = match value {
                 Resp::Array(items) => items.iter().map(Resp::text).collect(),
                 other => panic!("not a command in the replication stream: {other:?}"),
@@ -77,7 +92,11 @@ impl ReplicationStream {
         loop {
             let words = self.next_command();
             if words.len() == 3 && words[0].eq_ignore_ascii_case("SET") && words[1] == MARK_KEY {
-                assert_eq!(words[2], n.to_string(), "marks arrive in order; before it: {commands:?}");
+                assert_eq!(
+                    words[2],
+                    n.to_string(),
+                    "marks arrive in order; before it: {commands:?}"
+                );
                 return commands;
             }
             commands.push(words);

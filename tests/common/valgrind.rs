@@ -24,7 +24,9 @@ use std::time::Duration;
 
 /// The directory for valgrind's logs, when the servers run under valgrind.
 pub fn log_dir() -> Option<PathBuf> {
-    std::env::var_os("XCLOAK_VALGRIND").filter(|dir| !dir.is_empty()).map(PathBuf::from)
+    std::env::var_os("XCLOAK_VALGRIND")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
 }
 
 pub fn enabled() -> bool {
@@ -59,8 +61,13 @@ fn suppressions() -> PathBuf {
 /// The name of the running test binary (`memcheck-1a2b3c...` -> `memcheck`).
 fn test_binary() -> String {
     let exe = std::env::current_exe().ok();
-    let stem = exe.as_ref().and_then(|p| p.file_stem()).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    stem.rsplit_once('-').map_or(stem.clone(), |(name, _hash)| name.to_string())
+    let stem = exe
+        .as_ref()
+        .and_then(|p| p.file_stem())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    stem.rsplit_once('-')
+        .map_or(stem.clone(), |(name, _hash)| name.to_string())
 }
 
 /// The prefix of the logs of the server on `port` (one file per process).
@@ -175,7 +182,10 @@ pub fn verdict(text: &str) -> Verdict {
             }
             if let Some(rest) = line.strip_prefix("ERROR SUMMARY: ") {
                 verdict.complete = true;
-                summary_errors = rest.split_whitespace().next().and_then(|n| n.replace(',', "").parse().ok());
+                summary_errors = rest
+                    .split_whitespace()
+                    .next()
+                    .and_then(|n| n.replace(',', "").parse().ok());
             }
         }
     }
@@ -185,7 +195,9 @@ pub fn verdict(text: &str) -> Verdict {
     if let Some(counted) = summary_errors {
         let recognised = verdict.errors.len() + verdict.module_leaks.len() + verdict.server_leaks.len();
         if counted > recognised {
-            verdict.errors.push(format!("valgrind counted {counted} errors, this parser recognised {recognised}: read the log"));
+            verdict.errors.push(format!(
+                "valgrind counted {counted} errors, this parser recognised {recognised}: read the log"
+            ));
         }
     }
     verdict
@@ -201,7 +213,9 @@ pub fn check_logs(dir: &Path, prefix: &str, seen: &mut Vec<PathBuf>) -> (Vec<Str
         .map(|entries| entries.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
     logs.retain(|path| {
-        path.file_name().is_some_and(|name| name.to_string_lossy().starts_with(prefix)) && !seen.contains(path)
+        path.file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with(prefix))
+            && !seen.contains(path)
     });
     logs.sort();
     for log in logs {
@@ -222,18 +236,27 @@ pub fn check_logs(dir: &Path, prefix: &str, seen: &mut Vec<PathBuf>) -> (Vec<Str
             }
         } else {
             for leak in &verdict.module_leaks {
-                lines.push(format!("  unreferenced at a fork child's _exit (not failed):\n{}", leak.lines().next().unwrap_or("")));
+                lines.push(format!(
+                    "  unreferenced at a fork child's _exit (not failed):\n{}",
+                    leak.lines().next().unwrap_or("")
+                ));
             }
         }
         if verdict.failed() {
             let mut failure = format!("{}:", log.display());
-            let leaks = if verdict.forked() { &[][..] } else { &verdict.module_leaks[..] };
+            let leaks = if verdict.forked() {
+                &[][..]
+            } else {
+                &verdict.module_leaks[..]
+            };
             for record in verdict.errors.iter().chain(leaks) {
                 failure.push_str("\n\n");
                 failure.push_str(record);
             }
             if !verdict.complete {
-                failure.push_str("\n\nvalgrind wrote no ERROR SUMMARY: the process did not exit through valgrind (killed?)");
+                failure.push_str(
+                    "\n\nvalgrind wrote no ERROR SUMMARY: the process did not exit through valgrind (killed?)",
+                );
             }
             failures.push(failure);
         }
@@ -275,15 +298,28 @@ pub fn self_test() {
 ==7== ERROR SUMMARY: 3 errors from 3 contexts (suppressed: 0 from 0)
 ";
     let v = verdict(log);
-    assert_eq!((v.errors.len(), v.module_leaks.len(), v.server_leaks.len(), v.complete), (1, 1, 1, true), "{v:?}");
+    assert_eq!(
+        (v.errors.len(), v.module_leaks.len(), v.server_leaks.len(), v.complete),
+        (1, 1, 1, true),
+        "{v:?}"
+    );
     let with_debuginfo = verdict("==6== 8 bytes in 1 blocks are definitely lost in loss record 1 of 1\n==6==    at 0x2: malloc (vg_replace_malloc.c:381)\n==6==    by 0x3: xcloak::metadata::describe (metadata.rs:256)\n==6== \n==6== For lists of detected and suppressed errors, rerun with: -s\n==6== ERROR SUMMARY: 1 errors from 1 contexts (suppressed: 0 from 0)\n");
-    assert_eq!((with_debuginfo.module_leaks.len(), with_debuginfo.complete), (1, true), "{with_debuginfo:?}");
+    assert_eq!(
+        (with_debuginfo.module_leaks.len(), with_debuginfo.complete),
+        (1, true),
+        "{with_debuginfo:?}"
+    );
     let child = verdict(&format!("==5== Parent PID: {}\n==5== \n{}", std::process::id() + 1, "==5== 8 bytes in 1 blocks are definitely lost in loss record 1 of 1\n==5==    by 0x3: f (in /x/libxcloak.so)\n==5== \n==5== ERROR SUMMARY: 1 errors from 1 contexts\n"));
-    assert!(child.forked() && !child.failed(), "a fork child's leaks are reported, not failed: {child:?}");
-    let clean = verdict("==8== HEAP SUMMARY:\n==8== \n==8== ERROR SUMMARY: 0 errors from 0 contexts (suppressed: 0 from 0)\n");
+    assert!(
+        child.forked() && !child.failed(),
+        "a fork child's leaks are reported, not failed: {child:?}"
+    );
+    let clean =
+        verdict("==8== HEAP SUMMARY:\n==8== \n==8== ERROR SUMMARY: 0 errors from 0 contexts (suppressed: 0 from 0)\n");
     assert!(!clean.failed(), "{clean:?}");
     let killed = verdict("==9== Memcheck, a memory error detector\n");
     assert!(killed.failed(), "no summary is a failure");
-    let unknown = verdict("==9== Something new\n==9==    at 0x1: f\n==9== \n==9== ERROR SUMMARY: 1 errors from 1 contexts\n");
+    let unknown =
+        verdict("==9== Something new\n==9==    at 0x1: f\n==9== \n==9== ERROR SUMMARY: 1 errors from 1 contexts\n");
     assert!(unknown.failed(), "an error the parser does not know is a failure");
 }

@@ -103,7 +103,10 @@ fn losses(history: &History, segment: &Segment, by_key: &[Vec<Ms>]) -> (u64, u64
     let (mut lost, mut unchecked) = (0, 0);
     for (key, stamps) in by_key.iter().enumerate() {
         let Some(node) = segment.final_primary.get(&(key as u16)) else {
-            unchecked += stamps.iter().filter(|&&s| s >= segment.start_ms && s < segment.end_ms).count() as u64;
+            unchecked += stamps
+                .iter()
+                .filter(|&&s| s >= segment.start_ms && s < segment.end_ms)
+                .count() as u64;
             continue;
         };
         let snapshots = by_node.get(node.as_str()).map(Vec::as_slice).unwrap_or(&[]);
@@ -126,8 +129,18 @@ fn losses(history: &History, segment: &Segment, by_key: &[Vec<Ms>]) -> (u64, u64
             match usable {
                 None => {
                     if std::env::var("XCLOAK_FAULT_DEBUG").is_ok() {
-                        let near: Vec<(Ms, bool, bool)> = snapshots.iter().filter(|s| s.at_ms > stamp - 500 && s.at_ms < stamp + history.window_ms).map(|s| (s.at_ms - stamp, s.primary, s.stamps.contains_key(&(key as u16)))).collect();
-                        eprintln!("unchecked: {} key {key} stamp {} (+{} ms in segment) node {node} since {:?}: {near:?}", segment.kind, stamp, stamp - segment.start_ms, since.map(|s| s - stamp));
+                        let near: Vec<(Ms, bool, bool)> = snapshots
+                            .iter()
+                            .filter(|s| s.at_ms > stamp - 500 && s.at_ms < stamp + history.window_ms)
+                            .map(|s| (s.at_ms - stamp, s.primary, s.stamps.contains_key(&(key as u16))))
+                            .collect();
+                        eprintln!(
+                            "unchecked: {} key {key} stamp {} (+{} ms in segment) node {node} since {:?}: {near:?}",
+                            segment.kind,
+                            stamp,
+                            stamp - segment.start_ms,
+                            since.map(|s| s - stamp)
+                        );
                     }
                     unchecked += acked as u64
                 }
@@ -135,7 +148,12 @@ fn losses(history: &History, segment: &Segment, by_key: &[Vec<Ms>]) -> (u64, u64
                     let held = snapshot.stamps[&(key as u16)].iter().filter(|&&s| s == stamp).count();
                     lost += acked.saturating_sub(held) as u64;
                     if held < acked && std::env::var("XCLOAK_FAULT_DEBUG").is_ok() {
-                        eprintln!("lost: {} key {key} +{} ms in segment, snapshot +{} ms after", segment.kind, stamp - segment.start_ms, snapshot.at_ms - stamp);
+                        eprintln!(
+                            "lost: {} key {key} +{} ms in segment, snapshot +{} ms after",
+                            segment.kind,
+                            stamp - segment.start_ms,
+                            snapshot.at_ms - stamp
+                        );
                     }
                 }
             }
@@ -152,10 +170,21 @@ pub fn check(history: &History) -> Vec<SegmentReport> {
         .iter()
         .map(|segment| {
             let inside = |ms: Ms| ms >= segment.start_ms && ms < segment.end_ms;
-            let mut report = SegmentReport { kind: segment.kind.clone(), ..Default::default() };
+            let mut report = SegmentReport {
+                kind: segment.kind.clone(),
+                ..Default::default()
+            };
             report.over = by_key
                 .iter()
-                .map(|stamps| over_admission(stamps, history.window_ms, history.limit, segment.start_ms, segment.end_ms))
+                .map(|stamps| {
+                    over_admission(
+                        stamps,
+                        history.window_ms,
+                        history.limit,
+                        segment.start_ms,
+                        segment.end_ms,
+                    )
+                })
                 .collect();
             report.acked = by_key.iter().flatten().filter(|&&s| inside(s)).count() as u64;
             (report.lost, report.unchecked) = losses(history, segment, &by_key);
@@ -216,7 +245,10 @@ pub fn summarize(reports: &[SegmentReport]) -> Vec<KindSummary> {
     let mut rows: Vec<KindSummary> = Vec::new();
     for report in reports {
         let position = rows.iter().position(|row| row.kind == report.kind).unwrap_or_else(|| {
-            rows.push(KindSummary { kind: report.kind.clone(), ..Default::default() });
+            rows.push(KindSummary {
+                kind: report.kind.clone(),
+                ..Default::default()
+            });
             rows.len() - 1
         });
         let row = &mut rows[position];
@@ -252,16 +284,34 @@ mod tests {
     const W: Ms = 1000;
 
     fn admitted(id: u64, key: u16, stamp: Ms) -> Op {
-        Op { id, key, sent_ms: stamp, latency_us: 0, outcome: Outcome::Admitted { stamp } }
+        Op {
+            id,
+            key,
+            sent_ms: stamp,
+            latency_us: 0,
+            outcome: Outcome::Admitted { stamp },
+        }
     }
 
     fn history(ops: Vec<Op>, limit: i64, segments: Vec<Segment>) -> History {
-        History { window_ms: W, limit, keys: 2, ops, segments, ..Default::default() }
+        History {
+            window_ms: W,
+            limit,
+            keys: 2,
+            ops,
+            segments,
+            ..Default::default()
+        }
     }
 
     fn segment(kind: &str, start_ms: Ms, end_ms: Ms) -> Segment {
         let final_primary = [(0, "a".to_string()), (1, "a".to_string())].into_iter().collect();
-        Segment { kind: kind.into(), start_ms, end_ms, final_primary }
+        Segment {
+            kind: kind.into(),
+            start_ms,
+            end_ms,
+            final_primary,
+        }
     }
 
     #[test]
@@ -269,7 +319,11 @@ mod tests {
         // Limit 3: three at 0..2, three more once the first have left at 1000..1002
         // ((t - 1000, t] at t = 1000 holds 1, 2 and 1000).
         let stamps = [0, 1, 2, 1000, 1001, 1002, 2500, 2500, 2500];
-        let ops = stamps.iter().enumerate().map(|(i, &s)| admitted(i as u64, 0, s)).collect();
+        let ops = stamps
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| admitted(i as u64, 0, s))
+            .collect();
         let reports = check(&history(ops, 3, vec![segment("none", 0, 10_000)]));
         assert_eq!(reports[0].over, vec![0, 0]);
         assert_eq!(reports[0].acked, 9);
@@ -280,12 +334,25 @@ mod tests {
     fn a_known_over_admission_is_found_and_attributed_to_its_segment() {
         // Key 0: limit 3, a fourth admission at 999 (the first, at 0, is still in).
         // Key 1: two extra in one millisecond, in the second segment.
-        let mut ops: Vec<Op> = [0, 1, 2, 999].iter().enumerate().map(|(i, &s)| admitted(i as u64, 0, s)).collect();
-        ops.extend([5000, 5100, 5200, 5300, 5300].iter().enumerate().map(|(i, &s)| admitted(100 + i as u64, 1, s)));
+        let mut ops: Vec<Op> = [0, 1, 2, 999]
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| admitted(i as u64, 0, s))
+            .collect();
+        ops.extend(
+            [5000, 5100, 5200, 5300, 5300]
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| admitted(100 + i as u64, 1, s)),
+        );
         let segments = vec![segment("kill", 0, 4000), segment("stop", 4000, 9000)];
         let reports = check(&history(ops, 3, segments));
         assert_eq!(reports[0].over, vec![1, 0]);
-        assert_eq!(reports[1].over, vec![0, 2], "equal stamps all count in the window ending there");
+        assert_eq!(
+            reports[1].over,
+            vec![0, 2],
+            "equal stamps all count in the window ending there"
+        );
         let rows = summarize(&reports);
         assert_eq!((rows[0].max_over, rows[0].keys_affected, rows[0].key_runs), (1, 1, 2));
         assert_eq!(rows[0].mean_over, 0.5);
@@ -303,7 +370,12 @@ mod tests {
 
     #[test]
     fn lost_admissions_are_those_the_final_primary_lacks() {
-        let ops = vec![admitted(1, 0, 1000), admitted(2, 0, 1000), admitted(3, 0, 1200), admitted(4, 1, 1300)];
+        let ops = vec![
+            admitted(1, 0, 1000),
+            admitted(2, 0, 1000),
+            admitted(3, 0, 1200),
+            admitted(4, 1, 1300),
+        ];
         let mut segment = segment("kill", 0, 5000);
         segment.final_primary.insert(0, "b".into());
         segment.final_primary.insert(1, "b".into());
@@ -323,7 +395,11 @@ mod tests {
             snapshot("b", 2100, true, &[(0, &[]), (1, &[])]),
         ];
         let reports = check(&h);
-        assert_eq!((reports[0].lost, reports[0].unchecked), (2, 0), "one of the two at 1000, and key 1's at 1300");
+        assert_eq!(
+            (reports[0].lost, reports[0].unchecked),
+            (2, 0),
+            "one of the two at 1000, and key 1's at 1300"
+        );
 
         // A snapshot whose reads ended too near a stamp's leaving (a trim may
         // have run meanwhile) proves nothing for it: the two at 1000 (out by
@@ -339,9 +415,21 @@ mod tests {
 
     #[test]
     fn timed_out_calls_are_counted_by_their_late_reply() {
-        let timeout = |id: u64| Op { id, key: 0, sent_ms: 10, latency_us: 500_000, outcome: Outcome::Timeout };
-        let mut h = history(vec![timeout(1), timeout(2), timeout(3), timeout(4)], 3, vec![segment("stop", 0, 1000)]);
-        h.late = [(1, Late::Admitted(700)), (2, Late::Rejected), (3, Late::NoReply)].into_iter().collect();
+        let timeout = |id: u64| Op {
+            id,
+            key: 0,
+            sent_ms: 10,
+            latency_us: 500_000,
+            outcome: Outcome::Timeout,
+        };
+        let mut h = history(
+            vec![timeout(1), timeout(2), timeout(3), timeout(4)],
+            3,
+            vec![segment("stop", 0, 1000)],
+        );
+        h.late = [(1, Late::Admitted(700)), (2, Late::Rejected), (3, Late::NoReply)]
+            .into_iter()
+            .collect();
         let report = &check(&h)[0];
         assert_eq!((report.timeouts, report.late_admitted, report.late_rejected), (4, 1, 1));
         assert_eq!(report.acked, 0, "a timed-out admission is not acknowledged");

@@ -11,12 +11,18 @@ pub type Ms = i64;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     /// Reported allowed: an acknowledged admission, with its server stamp.
-    Admitted { stamp: Ms },
+    Admitted {
+        stamp: Ms,
+    },
     Rejected,
     /// Durable mode: the server admitted at `stamp` but `WAIT` counted only
     /// `acked` replicas; reported per the error policy (here: rejected, via
     /// "error"), and refunded by its stamp when `refunded`.
-    NotReplicated { stamp: Ms, acked: i64, refunded: bool },
+    NotReplicated {
+        stamp: Ms,
+        acked: i64,
+        refunded: bool,
+    },
     /// An error reply (`READONLY`, `NOREPLICAS`, `MOVED`, `CLUSTERDOWN`, ...):
     /// the server did not run the call.
     Refused(String),

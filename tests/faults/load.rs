@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-
 use super::history::{Late, Ms, Op, Outcome};
 use super::resp::{error_code, error_text, RecvError, RespConn, Value};
 use crate::common::netns::Host;
@@ -44,15 +43,27 @@ pub enum Mode {
     /// `WAIT replicas timeout_ms` after each call; deny on fewer. Pipelined
     /// right after the call (one round trip, also after a rejection), or sent
     /// only once the reply says admitted (a second round trip).
-    Durable { replicas: i64, timeout_ms: i64, pipelined: bool },
+    Durable {
+        replicas: i64,
+        timeout_ms: i64,
+        pipelined: bool,
+    },
 }
 
 impl Mode {
     pub fn name(&self) -> String {
         match self {
             Mode::Plain => "plain".into(),
-            Mode::Durable { replicas, timeout_ms, pipelined: true } => format!("durable (WAIT {replicas} {timeout_ms}, pipelined)"),
-            Mode::Durable { replicas, timeout_ms, pipelined: false } => format!("durable (WAIT {replicas} {timeout_ms} after an admission)"),
+            Mode::Durable {
+                replicas,
+                timeout_ms,
+                pipelined: true,
+            } => format!("durable (WAIT {replicas} {timeout_ms}, pipelined)"),
+            Mode::Durable {
+                replicas,
+                timeout_ms,
+                pipelined: false,
+            } => format!("durable (WAIT {replicas} {timeout_ms} after an admission)"),
         }
     }
 }
@@ -102,7 +113,9 @@ impl Load {
         let stop = Arc::new(AtomicBool::new(false));
         let late = Arc::new(Mutex::new(BTreeMap::new()));
         let drainers = Arc::new(Mutex::new(Vec::new()));
-        let controls: Vec<Arc<WriterControl>> = (0..config.writers).map(|_| Arc::new(WriterControl::default())).collect();
+        let controls: Vec<Arc<WriterControl>> = (0..config.writers)
+            .map(|_| Arc::new(WriterControl::default()))
+            .collect();
         let writers = (0..config.writers)
             .map(|w| {
                 let mut writer = Writer {
@@ -129,14 +142,24 @@ impl Load {
                     .expect("writer thread")
             })
             .collect();
-        Load { stop, writers, controls, late, drainers }
+        Load {
+            stop,
+            writers,
+            controls,
+            late,
+            drainers,
+        }
     }
 
     /// Stops the writers and waits for the late replies (bounded by the
     /// drainers' own wait); returns the calls, sorted by send time, and the late replies.
     pub fn finish(self) -> (Vec<Op>, BTreeMap<u64, Late>) {
         self.stop.store(true, Ordering::SeqCst);
-        let mut ops: Vec<Op> = self.writers.into_iter().flat_map(|w| w.join().expect("writer")).collect();
+        let mut ops: Vec<Op> = self
+            .writers
+            .into_iter()
+            .flat_map(|w| w.join().expect("writer"))
+            .collect();
         ops.sort_by_key(|op| (op.sent_ms, op.id));
         let drainers: Vec<JoinHandle<()>> = std::mem::take(&mut *self.drainers.lock().unwrap());
         for drainer in drainers {
@@ -223,7 +246,12 @@ impl Writer {
 
     fn sentinel_host(&self) -> String {
         match (&self.topology, &self.in_host) {
-            (Topology::Sentinel { gateway: Some(gateway), .. }, Some(_)) => gateway.clone(),
+            (
+                Topology::Sentinel {
+                    gateway: Some(gateway), ..
+                },
+                Some(_),
+            ) => gateway.clone(),
             _ => "127.0.0.1".into(),
         }
     }
@@ -237,9 +265,14 @@ impl Writer {
                     return Some(addr.clone());
                 }
                 let host = self.sentinel_host();
-                let ask = redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(crate::common::sentinel::MASTER_NAME).clone();
+                let ask = redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(crate::common::sentinel::MASTER_NAME)
+                    .clone();
                 for port in ports {
-                    let Ok(mut conn) = RespConn::connect(&format!("{host}:{port}"), connect_timeout()) else { continue };
+                    let Ok(mut conn) = RespConn::connect(&format!("{host}:{port}"), connect_timeout()) else {
+                        continue;
+                    };
                     if let Ok(Value::Array(parts)) = conn.call(&ask, Duration::from_millis(300)) {
                         if let [Value::Bulk(h), Value::Bulk(p)] = parts.as_slice() {
                             return Some(format!("{}:{}", String::from_utf8_lossy(h), String::from_utf8_lossy(p)));
@@ -263,13 +296,23 @@ impl Writer {
     fn load_slots(&mut self, seeds: &[String]) {
         let ask = redis::cmd("CLUSTER").arg("SLOTS").clone();
         for seed in seeds {
-            let Ok(mut conn) = RespConn::connect(seed, connect_timeout()) else { continue };
-            let Ok(Value::Array(ranges)) = conn.call(&ask, Duration::from_millis(500)) else { continue };
+            let Ok(mut conn) = RespConn::connect(seed, connect_timeout()) else {
+                continue;
+            };
+            let Ok(Value::Array(ranges)) = conn.call(&ask, Duration::from_millis(500)) else {
+                continue;
+            };
             let mut slots = vec![String::new(); 16384];
             for range in ranges {
                 let Value::Array(parts) = range else { continue };
-                let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) = (parts.first(), parts.get(1), parts.get(2)) else { continue };
-                let (Some(Value::Bulk(host)), Some(Value::Int(port))) = (primary.first(), primary.get(1)) else { continue };
+                let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
+                    (parts.first(), parts.get(1), parts.get(2))
+                else {
+                    continue;
+                };
+                let (Some(Value::Bulk(host)), Some(Value::Int(port))) = (primary.first(), primary.get(1)) else {
+                    continue;
+                };
                 let addr = format!("{}:{port}", String::from_utf8_lossy(host));
                 for slot in *start..=*end {
                     slots[slot as usize] = addr.clone();
@@ -320,17 +363,36 @@ impl Writer {
             if matches!(outcome, Outcome::Dropped(_)) {
                 self.forget(&addr);
             }
-            return Some(Op { id, key, sent_ms, latency_us, outcome });
+            return Some(Op {
+                id,
+                key,
+                sent_ms,
+                latency_us,
+                outcome,
+            });
         }
         None
     }
 
     /// Sends the call (and WAIT in durable mode) and reads the replies.
     fn exchange(&mut self, addr: &str, name: &str, id: u64) -> Outcome {
-        let allow = redis::cmd("XCLOAK.ALLOW").arg(name).arg(self.config.window_ms).arg(self.config.limit).arg("STAMP").clone();
+        let allow = redis::cmd("XCLOAK.ALLOW")
+            .arg(name)
+            .arg(self.config.window_ms)
+            .arg(self.config.limit)
+            .arg("STAMP")
+            .clone();
         let (wait, wait_ms, pipelined) = match self.config.mode {
             Mode::Plain => (None, 0, false),
-            Mode::Durable { replicas, timeout_ms, pipelined } => (Some(redis::cmd("WAIT").arg(replicas).arg(timeout_ms).clone()), timeout_ms, pipelined),
+            Mode::Durable {
+                replicas,
+                timeout_ms,
+                pipelined,
+            } => (
+                Some(redis::cmd("WAIT").arg(replicas).arg(timeout_ms).clone()),
+                timeout_ms,
+                pipelined,
+            ),
         };
         let conn = self.conns.get_mut(addr).expect("connected");
         let mut commands = vec![&allow];
@@ -362,7 +424,11 @@ impl Writer {
             }
         };
         let (Mode::Durable { replicas, .. }, Some(wait)) = (self.config.mode, &wait) else {
-            return if stamp > 0 { Outcome::Admitted { stamp } } else { Outcome::Rejected };
+            return if stamp > 0 {
+                Outcome::Admitted { stamp }
+            } else {
+                Outcome::Rejected
+            };
         };
         if !pipelined {
             if stamp < 0 {
@@ -371,7 +437,11 @@ impl Writer {
             if conn.send(&[wait]).is_err() {
                 // The admission ran; the connection broke before WAIT: not replicated, as far as we know.
                 self.forget(addr);
-                return Outcome::NotReplicated { stamp, acked: -1, refunded: false };
+                return Outcome::NotReplicated {
+                    stamp,
+                    acked: -1,
+                    refunded: false,
+                };
             }
         }
         let acked = match conn.recv(deadline) {
@@ -382,7 +452,15 @@ impl Writer {
                 // not replicated as far as the client knows; the connection is stuck.
                 let conn = self.conns.remove(addr).expect("connected");
                 self.drain(id, conn, 0);
-                return if stamp > 0 { Outcome::NotReplicated { stamp, acked: -1, refunded: false } } else { Outcome::Rejected };
+                return if stamp > 0 {
+                    Outcome::NotReplicated {
+                        stamp,
+                        acked: -1,
+                        refunded: false,
+                    }
+                } else {
+                    Outcome::Rejected
+                };
             }
             Err(RecvError::Closed(_)) => -1,
         };
@@ -394,7 +472,10 @@ impl Writer {
         }
         // Not replicated: deny, and give the admission back (best effort).
         let refund = redis::cmd("XCLOAK.REFUND").arg(name).arg(stamp).clone();
-        let reply = self.conns.get_mut(addr).map(|conn| conn.call(&refund, self.config.client_timeout));
+        let reply = self
+            .conns
+            .get_mut(addr)
+            .map(|conn| conn.call(&refund, self.config.client_timeout));
         if !matches!(reply, Some(Ok(_))) {
             // No reply in time: the connection may hold it still, so it can't carry the next call.
             self.forget(addr);

@@ -41,7 +41,11 @@ impl RespConn {
         let socket: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
         let stream = TcpStream::connect_timeout(&socket, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        Ok(RespConn { stream, buf: Vec::with_capacity(256), addr: addr.to_string() })
+        Ok(RespConn {
+            stream,
+            buf: Vec::with_capacity(256),
+            addr: addr.to_string(),
+        })
     }
 
     /// Writes the commands in one go (a pipeline).
@@ -50,7 +54,9 @@ impl RespConn {
         for command in commands {
             bytes.extend_from_slice(&command.get_packed_command());
         }
-        self.stream.write_all(&bytes).map_err(|e| format!("write to {}: {e}", self.addr))
+        self.stream
+            .write_all(&bytes)
+            .map_err(|e| format!("write to {}: {e}", self.addr))
     }
 
     /// The next reply, waiting until `deadline` at most.
@@ -65,7 +71,9 @@ impl RespConn {
             if left.is_zero() {
                 return Err(RecvError::Timeout);
             }
-            self.stream.set_read_timeout(Some(left.max(Duration::from_millis(1)))).map_err(|e| RecvError::Closed(e.to_string()))?;
+            self.stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .map_err(|e| RecvError::Closed(e.to_string()))?;
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Err(RecvError::Closed("closed by the server".into())),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),

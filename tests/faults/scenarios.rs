@@ -75,7 +75,9 @@ impl Fault {
             Fault::Partition => "partition: primary + 4 writers cut off 5 s",
             Fault::ClusterForce => "CLUSTER FAILOVER FORCE",
             Fault::ClusterKill => "kill -9 of a cluster primary",
-            Fault::LaggingPromoted => "kill -9, WAIT 1 of 2 answered by a replica-priority 0 replica, the lagging one promoted",
+            Fault::LaggingPromoted => {
+                "kill -9, WAIT 1 of 2 answered by a replica-priority 0 replica, the lagging one promoted"
+            }
             Fault::LaggingEqual => "kill -9, WAIT 1 of 2, one replica lagging, equal priorities",
         }
     }
@@ -131,7 +133,12 @@ impl Timeline {
     }
     fn close(&mut self, final_primary: BTreeMap<u16, String>) {
         let (kind, start_ms) = self.open.take().expect("an open segment");
-        self.segments.push(Segment { kind, start_ms, end_ms: now_ms(), final_primary });
+        self.segments.push(Segment {
+            kind,
+            start_ms,
+            end_ms: now_ms(),
+            final_primary,
+        });
     }
 }
 
@@ -144,11 +151,24 @@ fn server_config(spec: &RunSpec) -> ServerConfig {
 }
 
 pub fn run(spec: &RunSpec) -> RunResult {
-    let mut result = if spec.cluster { run_cluster(spec) } else { run_sentinel(spec) };
-    let mut reads: Vec<Ms> = result.history.snapshots.iter().filter(|s| s.primary).map(|s| s.read_by_ms - s.at_ms).collect();
+    let mut result = if spec.cluster {
+        run_cluster(spec)
+    } else {
+        run_sentinel(spec)
+    };
+    let mut reads: Vec<Ms> = result
+        .history
+        .snapshots
+        .iter()
+        .filter(|s| s.primary)
+        .map(|s| s.read_by_ms - s.at_ms)
+        .collect();
     reads.sort_unstable();
     if let (Some(median), Some(max)) = (reads.get(reads.len() / 2), reads.last()) {
-        result.notes.push(format!("a primary's snapshot took {median} ms (median), {max} ms at most, over {} snapshots", reads.len()));
+        result.notes.push(format!(
+            "a primary's snapshot took {median} ms (median), {max} ms at most, over {} snapshots",
+            reads.len()
+        ));
     }
     result
 }
@@ -170,7 +190,9 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
         match Network::create(3) {
             Ok(network) => Some(network),
             Err(why) => {
-                notes.push(format!("network namespaces unavailable, partition faults not run: {why}"));
+                notes.push(format!(
+                    "network namespaces unavailable, partition faults not run: {why}"
+                ));
                 None
             }
         }
@@ -184,12 +206,18 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
     let keys = spec.load.keys;
     let addrs: Vec<String> = group.nodes.iter().map(Server::addr).collect();
     let snapshotter = Snapshotter::start(addrs.clone(), keys, spec.form == Form::Compact);
-    let topology = Topology::Sentinel { ports: group.sentinel_ports(), gateway: network.as_ref().map(|n| n.gateway.clone()) };
+    let topology = Topology::Sentinel {
+        ports: group.sentinel_ports(),
+        gateway: network.as_ref().map(|n| n.gateway.clone()),
+    };
     let load = Load::start(&spec.load, &topology);
     let window = Duration::from_millis(spec.load.window_ms as u64);
     let primary_addr = |group: &SentinelGroup| group.primary().map(|(h, p)| format!("{h}:{p}")).unwrap_or_default();
 
-    let mut timeline = Timeline { segments: Vec::new(), open: None };
+    let mut timeline = Timeline {
+        segments: Vec::new(),
+        open: None,
+    };
     std::thread::sleep(Duration::from_millis(500));
     timeline.begin("none (steady load)");
     std::thread::sleep(window * 2);
@@ -203,7 +231,13 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
             // Before the segment: the sentinels take seconds to see priorities.
             let lagger = (0..group.nodes.len()).find(|&i| i != old).unwrap();
             let priorities: Vec<u32> = (0..group.nodes.len())
-                .map(|i| if i != lagger && i != old && *fault == Fault::LaggingPromoted { 0 } else { 100 })
+                .map(|i| {
+                    if i != lagger && i != old && *fault == Fault::LaggingPromoted {
+                        0
+                    } else {
+                        100
+                    }
+                })
                 .collect();
             set_priorities(&group, &priorities);
         }
@@ -220,7 +254,10 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
         let switches_before = switch_count(&group);
         std::thread::sleep(LEAD);
         let lags = group.replica_lags();
-        notes.push(format!("{}: replicas behind the primary at the fault: {lags:?} bytes", fault.label()));
+        notes.push(format!(
+            "{}: replicas behind the primary at the fault: {lags:?} bytes",
+            fault.label()
+        ));
         let injected = Instant::now();
         let changed = |group: &SentinelGroup| group.primary_index().is_some_and(|i| i != old);
         match fault {
@@ -238,7 +275,11 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
                 notes.push(format!(
                     "{}: {}",
                     fault.label(),
-                    if promoted { "a replica was promoted while it was stopped" } else { "no replica promoted while it was stopped" }
+                    if promoted {
+                        "a replica was promoted while it was stopped"
+                    } else {
+                        "no replica promoted while it was stopped"
+                    }
                 ));
                 let _ = wait_for(Duration::from_secs(60), || changed(&group));
             }
@@ -251,7 +292,11 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
                 notes.push(format!(
                     "{}: {} within {:.1} s of the cut",
                     fault.label(),
-                    if during { "a replica was promoted" } else { "no replica promoted" },
+                    if during {
+                        "a replica was promoted"
+                    } else {
+                        "no replica promoted"
+                    },
                     promoted.as_secs_f64()
                 ));
                 let _ = wait_for(Duration::from_secs(60), || changed(&group));
@@ -271,7 +316,11 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
                     "{}; promoted node {} ({})",
                     failover_note(fault, took),
                     promoted.map_or("none".into(), |i| i.to_string()),
-                    if promoted == Some(lagger) { "the lagging replica" } else { "the up-to-date replica" }
+                    if promoted == Some(lagger) {
+                        "the lagging replica"
+                    } else {
+                        "the up-to-date replica"
+                    }
                 ));
                 restart(&mut group, old, fault, &mut notes);
             }
@@ -288,7 +337,10 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
         if switches > 1 {
             timeline.rename(format!("{} + a second failover ({switches} switches)", fault.label()));
         }
-        notes.push(format!("{}: {switches} primary switch(es) in the sentinels' logs", fault.label()));
+        notes.push(format!(
+            "{}: {switches} primary switch(es) in the sentinels' logs",
+            fault.label()
+        ));
     }
     group.wait_settled();
     std::thread::sleep(window);
@@ -297,27 +349,51 @@ fn run_sentinel(spec: &RunSpec) -> RunResult {
     std::thread::sleep(TAIL);
     let (ops, late) = load.finish();
     let snapshots = snapshotter.finish();
-    let history = History { window_ms: spec.load.window_ms, limit: spec.load.limit, keys, ops, late, snapshots, segments: timeline.segments };
+    let history = History {
+        window_ms: spec.load.window_ms,
+        limit: spec.load.limit,
+        keys,
+        ops,
+        late,
+        snapshots,
+        segments: timeline.segments,
+    };
     drop(group);
     drop(network);
-    RunResult { label: spec.label.clone(), history, notes }
+    RunResult {
+        label: spec.label.clone(),
+        history,
+        notes,
+    }
 }
 
 /// `+switch-master` lines in the sentinels' logs (the most any one has).
 fn switch_count(group: &SentinelGroup) -> usize {
-    group.sentinels.iter().map(|s| s.log().matches("+switch-master").count()).max().unwrap_or(0)
+    group
+        .sentinels
+        .iter()
+        .map(|s| s.log().matches("+switch-master").count())
+        .max()
+        .unwrap_or(0)
 }
 
 /// Restarts a killed node, as a replica of the new primary if there is one.
 fn restart(group: &mut SentinelGroup, index: usize, fault: &Fault, notes: &mut Vec<String>) {
     if !group.restart_as_replica(index) {
-        notes.push(format!("{}: no failover before the restart: the node came back empty as the primary (every window reset)", fault.label()));
+        notes.push(format!(
+            "{}: no failover before the restart: the node came back empty as the primary (every window reset)",
+            fault.label()
+        ));
     }
 }
 
 fn failover_note(fault: &Fault, took: Option<Duration>) -> String {
     match took {
-        Some(took) => format!("{}: the sentinels named a new primary {:.1} s after the fault", fault.label(), took.as_secs_f64()),
+        Some(took) => format!(
+            "{}: the sentinels named a new primary {:.1} s after the fault",
+            fault.label(),
+            took.as_secs_f64()
+        ),
         None => format!("{}: no new primary within 60 s", fault.label()),
     }
 }
@@ -327,17 +403,29 @@ fn failover_note(fault: &Fault, took: Option<Duration>) -> String {
 fn set_priorities(group: &SentinelGroup, priorities: &[u32]) {
     for (node, priority) in group.nodes.iter().zip(priorities) {
         node.with(|c| {
-            let _: () = redis::cmd("CONFIG").arg("SET").arg("replica-priority").arg(*priority).query(c).unwrap();
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("replica-priority")
+                .arg(*priority)
+                .query(c)
+                .unwrap();
         });
     }
     let seen = eventually(Duration::from_secs(30), || {
         group.sentinels.iter().all(|sentinel| {
-            let Some(reply) = sentinel.query(&["SENTINEL", "REPLICAS", crate::common::sentinel::MASTER_NAME]) else { return false };
-            let Ok(replicas) = redis::from_redis_value::<Vec<Vec<String>>>(&reply) else { return false };
+            let Some(reply) = sentinel.query(&["SENTINEL", "REPLICAS", crate::common::sentinel::MASTER_NAME]) else {
+                return false;
+            };
+            let Ok(replicas) = redis::from_redis_value::<Vec<Vec<String>>>(&reply) else {
+                return false;
+            };
             replicas.iter().all(|fields| {
                 let field = |name: &str| fields.chunks(2).find(|p| p[0] == name).map(|p| p[1].clone());
                 let port: Option<u16> = field("port").and_then(|p| p.parse().ok());
-                let index = group.nodes.iter().position(|n| Some(n.port) == port && Some(n.host.clone()) == field("ip"));
+                let index = group
+                    .nodes
+                    .iter()
+                    .position(|n| Some(n.port) == port && Some(n.host.clone()) == field("ip"));
                 index.is_some_and(|i| field("slave-priority") == Some(priorities[i].to_string()))
             })
         })
@@ -349,21 +437,33 @@ fn set_priorities(group: &SentinelGroup, priorities: &[u32]) {
 fn cluster_owners(cluster: &Cluster, keys: u16) -> BTreeMap<u16, String> {
     for node in &cluster.nodes {
         let Some(mut conn) = node.try_connect() else { continue };
-        let Ok(redis::Value::Array(ranges)) = redis::cmd("CLUSTER").arg("SLOTS").query::<redis::Value>(&mut conn) else { continue };
+        let Ok(redis::Value::Array(ranges)) = redis::cmd("CLUSTER").arg("SLOTS").query::<redis::Value>(&mut conn)
+        else {
+            continue;
+        };
         let ranges: Vec<(u16, u16, String)> = ranges
             .iter()
             .filter_map(|range| {
                 let redis::Value::Array(parts) = range else { return None };
-                let redis::Value::Array(primary) = parts.get(2)? else { return None };
+                let redis::Value::Array(primary) = parts.get(2)? else {
+                    return None;
+                };
                 let host: String = redis::from_redis_value(primary.first()?).ok()?;
                 let port: u16 = redis::from_redis_value(primary.get(1)?).ok()?;
-                Some((redis::from_redis_value(&parts[0]).ok()?, redis::from_redis_value(&parts[1]).ok()?, format!("{host}:{port}")))
+                Some((
+                    redis::from_redis_value(&parts[0]).ok()?,
+                    redis::from_redis_value(&parts[1]).ok()?,
+                    format!("{host}:{port}"),
+                ))
             })
             .collect();
         return (0..keys)
             .filter_map(|k| {
                 let slot = redis::cluster_routing::get_slot(key_name(k).as_bytes());
-                ranges.iter().find(|(start, end, _)| (*start..=*end).contains(&slot)).map(|(_, _, addr)| (k, addr.clone()))
+                ranges
+                    .iter()
+                    .find(|(start, end, _)| (*start..=*end).contains(&slot))
+                    .map(|(_, _, addr)| (k, addr.clone()))
             })
             .collect();
     }
@@ -371,19 +471,25 @@ fn cluster_owners(cluster: &Cluster, keys: u16) -> BTreeMap<u16, String> {
 }
 
 fn role_is_master(node: &Server) -> bool {
-    node.try_connect().is_some_and(|mut c| info_field(&mut c, "replication", "role").as_deref() == Some("master"))
+    node.try_connect()
+        .is_some_and(|mut c| info_field(&mut c, "replication", "role").as_deref() == Some("master"))
 }
 
 fn run_cluster(spec: &RunSpec) -> RunResult {
     let mut notes = Vec::new();
-    let config = server_config(spec).arg("cluster-node-timeout", "2000").arg("repl-diskless-sync-delay", "0");
+    let config = server_config(spec)
+        .arg("cluster-node-timeout", "2000")
+        .arg("repl-diskless-sync-delay", "0");
     let mut cluster = Cluster::start_with(config, 3, 1);
     let keys = spec.load.keys;
     let addrs: Vec<String> = cluster.nodes.iter().map(Server::addr).collect();
     let snapshotter = Snapshotter::start(addrs.clone(), keys, spec.form == Form::Compact);
     let load = Load::start(&spec.load, &Topology::Cluster { seeds: addrs });
     let window = Duration::from_millis(spec.load.window_ms as u64);
-    let mut timeline = Timeline { segments: Vec::new(), open: None };
+    let mut timeline = Timeline {
+        segments: Vec::new(),
+        open: None,
+    };
     std::thread::sleep(Duration::from_millis(500));
     timeline.begin("none (steady load)");
     std::thread::sleep(window * 2);
@@ -424,13 +530,29 @@ fn run_cluster(spec: &RunSpec) -> RunResult {
     std::thread::sleep(TAIL);
     let (ops, late) = load.finish();
     let snapshots = snapshotter.finish();
-    let history = History { window_ms: spec.load.window_ms, limit: spec.load.limit, keys, ops, late, snapshots, segments: timeline.segments };
-    RunResult { label: spec.label.clone(), history, notes }
+    let history = History {
+        window_ms: spec.load.window_ms,
+        limit: spec.load.limit,
+        keys,
+        ops,
+        late,
+        snapshots,
+        segments: timeline.segments,
+    };
+    RunResult {
+        label: spec.label.clone(),
+        history,
+        notes,
+    }
 }
 
 fn cluster_note(fault: &Fault, took: Option<Duration>) -> String {
     match took {
-        Some(took) => format!("{}: the replica was a primary {:.1} s after the fault", fault.label(), took.as_secs_f64()),
+        Some(took) => format!(
+            "{}: the replica was a primary {:.1} s after the fault",
+            fault.label(),
+            took.as_secs_f64()
+        ),
         None => format!("{}: the replica not promoted within 60 s", fault.label()),
     }
 }

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-
 use super::history::{Ms, Snapshot};
 use super::load::{key_name, now_ms};
 use super::resp::{RespConn, Value};
@@ -46,7 +45,13 @@ impl Snapshotter {
                     }
                     let conn = conns.get_mut(addr).unwrap();
                     match snapshot(conn, keys, compact) {
-                        Some((at_ms, read_by_ms, primary, stamps)) => taken.push(Snapshot { node: addr.clone(), at_ms, read_by_ms, primary, stamps }),
+                        Some((at_ms, read_by_ms, primary, stamps)) => taken.push(Snapshot {
+                            node: addr.clone(),
+                            at_ms,
+                            read_by_ms,
+                            primary,
+                            stamps,
+                        }),
                         None => {
                             conns.remove(addr);
                         }
@@ -59,7 +64,10 @@ impl Snapshotter {
             }
             taken
         });
-        Snapshotter { stop, thread: Some(thread) }
+        Snapshotter {
+            stop,
+            thread: Some(thread),
+        }
     }
 
     pub fn finish(mut self) -> Vec<Snapshot> {
@@ -76,7 +84,8 @@ type Taken = (Ms, Ms, bool, BTreeMap<u16, Vec<Ms>>);
 /// One node's role and (if primary) windows; `None` if it did not answer.
 fn snapshot(conn: &mut RespConn, keys: u16, compact: bool) -> Option<Taken> {
     let role = conn.call(&redis::cmd("ROLE"), TIMEOUT).ok()?;
-    let primary = matches!(&role, Value::Array(parts) if matches!(parts.first(), Some(Value::Bulk(r)) if r == b"master"));
+    let primary =
+        matches!(&role, Value::Array(parts) if matches!(parts.first(), Some(Value::Bulk(r)) if r == b"master"));
     let at_ms = now_ms();
     let mut stamps = BTreeMap::new();
     if !primary {

@@ -41,7 +41,14 @@ enum Side {
     Limiter,
 }
 
-async fn round(side: Side, conn: &MultiplexedConnection, limiter: &Limiter<MultiplexedConnection>, prefix: &str, calls: usize, in_flight: usize) -> f64 {
+async fn round(
+    side: Side,
+    conn: &MultiplexedConnection,
+    limiter: &Limiter<MultiplexedConnection>,
+    prefix: &str,
+    calls: usize,
+    in_flight: usize,
+) -> f64 {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..in_flight {
@@ -51,17 +58,32 @@ async fn round(side: Side, conn: &MultiplexedConnection, limiter: &Limiter<Multi
                 let key = format!("{prefix}:{}", i % KEYS);
                 match side {
                     Side::Raw => {
-                        let reply: redis::Value = redis::cmd("XCLOAK.ALLOW").arg(&key).arg(60_000).arg(1_000_000).arg("DETAILS").query_async(&mut conn).await.unwrap();
+                        let reply: redis::Value = redis::cmd("XCLOAK.ALLOW")
+                            .arg(&key)
+                            .arg(60_000)
+                            .arg(1_000_000)
+                            .arg("DETAILS")
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
                         std::hint::black_box(reply);
                     }
                     Side::RawWithTimeout => {
                         let mut cmd = redis::cmd("XCLOAK.ALLOW");
                         cmd.arg(&key).arg(60_000).arg(1_000_000).arg("DETAILS");
                         let call = cmd.query_async::<redis::Value>(&mut conn);
-                        std::hint::black_box(tokio::time::timeout(Duration::from_secs(1), call).await.unwrap().unwrap());
+                        std::hint::black_box(
+                            tokio::time::timeout(Duration::from_secs(1), call)
+                                .await
+                                .unwrap()
+                                .unwrap(),
+                        );
                     }
                     Side::Limiter => {
-                        let d = limiter.allow(&Request::new(key, Duration::from_secs(60), 1_000_000)).await.unwrap();
+                        let d = limiter
+                            .allow(&Request::new(key, Duration::from_secs(60), 1_000_000))
+                            .await
+                            .unwrap();
                         std::hint::black_box(d);
                     }
                 }
@@ -82,7 +104,11 @@ async fn raw_round(conn: &MultiplexedConnection, prefix: &str, calls: usize, in_
 async fn allow_against_raw(server: &support::Server) {
     let conn = server.client().get_multiplexed_async_connection().await.unwrap();
     let limiter = Limiter::new(conn.clone());
-    let sides = [(Side::Raw, "raw"), (Side::RawWithTimeout, "tmo"), (Side::Limiter, "lim")];
+    let sides = [
+        (Side::Raw, "raw"),
+        (Side::RawWithTimeout, "tmo"),
+        (Side::Limiter, "lim"),
+    ];
     for (in_flight, calls) in [(1, 3000), (16, 20000)] {
         for (side, name) in sides {
             round(side, &conn, &limiter, &format!("{name}{in_flight}"), KEYS, 1).await;
@@ -113,9 +139,15 @@ async fn allow_against_raw(server: &support::Server) {
 }
 
 async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", support::free_port())).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", support::free_port()))
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap() });
+    tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .await
+            .unwrap()
+    });
     addr
 }
 
@@ -126,7 +158,11 @@ async fn http_round(addr: SocketAddr, requests: usize) -> f64 {
     let mut stream = BufReader::new(stream);
     let started = Instant::now();
     for _ in 0..requests {
-        stream.get_mut().write_all(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n").await.unwrap();
+        stream
+            .get_mut()
+            .write_all(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n")
+            .await
+            .unwrap();
         let mut length = 0;
         loop {
             let mut line = String::new();
@@ -148,9 +184,23 @@ async fn layer_against_none(server: &support::Server) {
     let app = || Router::new().route("/", get(|| async { "ok" }));
     let bare = serve(app()).await;
     let limiter = Limiter::new(redis::aio::ConnectionManager::new(server.client()).await.unwrap());
-    let layer = RateLimitLayer::new(limiter, [HttpLimit::new(Duration::from_secs(60), 1_000_000).name("bench")])
-        .key(xcloak_client::tower::PeerIp::from_extension(|c: &axum::extract::ConnectInfo<SocketAddr>| c.0));
-    let limited = serve(app().layer(tower::ServiceBuilder::new().layer(axum::error_handling::HandleErrorLayer::new(|_: axum::BoxError| async { axum::http::StatusCode::INTERNAL_SERVER_ERROR })).layer(layer))).await;
+    let layer = RateLimitLayer::new(
+        limiter,
+        [HttpLimit::new(Duration::from_secs(60), 1_000_000).name("bench")],
+    )
+    .key(xcloak_client::tower::PeerIp::from_extension(
+        |c: &axum::extract::ConnectInfo<SocketAddr>| c.0,
+    ));
+    let limited = serve(
+        app().layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(|_: axum::BoxError| async {
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                }))
+                .layer(layer),
+        ),
+    )
+    .await;
     http_round(bare, 500).await;
     http_round(limited, 500).await;
     let conn = server.client().get_multiplexed_async_connection().await.unwrap();
@@ -184,7 +234,11 @@ async fn layer_against_none(server: &support::Server) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let server = support::Server::start();
-    println!("xcloak-client overhead, server {:?}, module {}", support::server_version(), support::module_path().display());
+    println!(
+        "xcloak-client overhead, server {:?}, module {}",
+        support::server_version(),
+        support::module_path().display()
+    );
     allow_against_raw(&server).await;
     layer_against_none(&server).await;
 }

@@ -42,7 +42,12 @@ impl Pool {
     }
 
     /// `cmd`, then what `then` makes of its reply, on the same connection.
-    fn send_then(&self, cmd: &Cmd, then: &Then<'_>, deadline: Instant) -> RedisResult<(Value, Option<RedisResult<Value>>)> {
+    fn send_then(
+        &self,
+        cmd: &Cmd,
+        then: &Then<'_>,
+        deadline: Instant,
+    ) -> RedisResult<(Value, Option<RedisResult<Value>>)> {
         self.with_connection(deadline, |conn| {
             let reply = conn.req_command(cmd)?;
             let follow = then(&reply).map(|next| conn.req_command(&next));
@@ -58,7 +63,11 @@ impl Pool {
 
     /// Runs `f` on a connection of the pool (or a new one), bounded by
     /// `deadline`, and keeps the connection only if it is in step.
-    fn with_connection<R>(&self, deadline: Instant, f: impl FnOnce(&mut redis::Connection) -> RedisResult<R>) -> RedisResult<R> {
+    fn with_connection<R>(
+        &self,
+        deadline: Instant,
+        f: impl FnOnce(&mut redis::Connection) -> RedisResult<R>,
+    ) -> RedisResult<R> {
         let left = |deadline: Instant| {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -110,7 +119,13 @@ impl Io for BlockingIo<'_> {
         self.0.send(cmds, deadline)
     }
 
-    async fn send_then(&self, _key: &[u8], cmd: &Cmd, then: &Then<'_>, deadline: Instant) -> RedisResult<(Value, Option<RedisResult<Value>>)> {
+    async fn send_then(
+        &self,
+        _key: &[u8],
+        cmd: &Cmd,
+        then: &Then<'_>,
+        deadline: Instant,
+    ) -> RedisResult<(Value, Option<RedisResult<Value>>)> {
         self.0.send_then(cmd, then, deadline)
     }
 
@@ -154,7 +169,11 @@ pub struct Limiter {
 
 impl Clone for Limiter {
     fn clone(&self) -> Self {
-        Limiter { pool: self.pool.clone(), config: self.config.clone(), shared: self.shared.clone() }
+        Limiter {
+            pool: self.pool.clone(),
+            config: self.config.clone(),
+            shared: self.shared.clone(),
+        }
     }
 }
 
@@ -162,7 +181,14 @@ impl Builder<redis::Client> {
     /// The blocking limiter (over `redis::Client`).
     pub fn build_blocking(self) -> Limiter {
         let (client, config) = self.into_parts();
-        Limiter { pool: Arc::new(Pool { client, idle: Mutex::new(Vec::new()) }), config: Arc::new(config), shared: Arc::new(Shared::new()) }
+        Limiter {
+            pool: Arc::new(Pool {
+                client,
+                idle: Mutex::new(Vec::new()),
+            }),
+            config: Arc::new(config),
+            shared: Arc::new(Shared::new()),
+        }
     }
 }
 
@@ -181,11 +207,19 @@ impl Limiter {
     pub fn with_policy(&self, policy: Policy) -> Limiter {
         let mut config = (*self.config).clone();
         config.policy = policy;
-        Limiter { pool: self.pool.clone(), config: Arc::new(config), shared: self.shared.clone() }
+        Limiter {
+            pool: self.pool.clone(),
+            config: Arc::new(config),
+            shared: self.shared.clone(),
+        }
     }
 
     fn engine(&self) -> Engine<'_, BlockingIo<'_>> {
-        Engine { io: BlockingIo(&self.pool), config: &self.config, shared: &self.shared }
+        Engine {
+            io: BlockingIo(&self.pool),
+            config: &self.config,
+            shared: &self.shared,
+        }
     }
 
     /// See [`crate::Limiter::allow`].

@@ -39,7 +39,12 @@ pub enum AcquireStep {
 /// most, scaled by a uniform draw in [0, 1) that `draw` makes only when it
 /// sleeps with a jitter; jitter is added, never subtracted, and every sleep is
 /// at least 1 ms and never past the deadline.
-pub fn acquire_step(decision: &Decision, left: Duration, jitter_fraction: f64, draw: impl FnOnce() -> f64) -> AcquireStep {
+pub fn acquire_step(
+    decision: &Decision,
+    left: Duration,
+    jitter_fraction: f64,
+    draw: impl FnOnce() -> f64,
+) -> AcquireStep {
     if decision.allowed || decision.via == Via::Error {
         return AcquireStep::Done;
     }
@@ -50,9 +55,15 @@ pub fn acquire_step(decision: &Decision, left: Duration, jitter_fraction: f64, d
         return AcquireStep::Deadline;
     }
     let retry_ms = retry_after.as_millis() as u64;
-    let jitter_ms = if jitter_fraction > 0.0 { (retry_ms as f64 * jitter_fraction * draw()).floor() as u64 } else { 0 };
+    let jitter_ms = if jitter_fraction > 0.0 {
+        (retry_ms as f64 * jitter_fraction * draw()).floor() as u64
+    } else {
+        0
+    };
     let left_ms = left.as_millis() as u64;
-    AcquireStep::Sleep(Duration::from_millis(retry_ms.saturating_add(jitter_ms).min(left_ms).max(1)))
+    AcquireStep::Sleep(Duration::from_millis(
+        retry_ms.saturating_add(jitter_ms).min(left_ms).max(1),
+    ))
 }
 
 /// A uniform draw in [0, 1) for the jitter, from a xorshift seeded by the

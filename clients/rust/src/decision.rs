@@ -85,7 +85,11 @@ impl Decision {
     }
 
     fn read(reply: &Value, request: &Request, via: Via, last: Last) -> Result<Decision, Error> {
-        let bad = || Error::Client(format!("an xcloak reply is five integers, a tier list and a stamp or the oldest entry, not {reply:?}"));
+        let bad = || {
+            Error::Client(format!(
+                "an xcloak reply is five integers, a tier list and a stamp or the oldest entry, not {reply:?}"
+            ))
+        };
         let Value::Array(items) = reply else { return Err(bad()) };
         if items.len() < 5 {
             return Err(bad());
@@ -100,7 +104,12 @@ impl Decision {
         if let Some(Value::Array(per_tier)) = next {
             for tier in per_tier {
                 let Value::Array(tier) = tier else { return Err(bad()) };
-                let t: Vec<i64> = tier.iter().map(int).collect::<Option<_>>().filter(|t: &Vec<i64>| t.len() == 5).ok_or_else(bad)?;
+                let t: Vec<i64> = tier
+                    .iter()
+                    .map(int)
+                    .collect::<Option<_>>()
+                    .filter(|t: &Vec<i64>| t.len() == 5)
+                    .ok_or_else(bad)?;
                 tiers.push(TierState {
                     window: ms(t[0]).ok_or_else(bad)?,
                     limit: u64::try_from(t[1]).map_err(|_| bad())?,
@@ -120,7 +129,8 @@ impl Decision {
             Last::Stamp => (last_value, None),
             Last::Oldest => (None, last_value),
         };
-        let [allowed, limit, remaining, retry_after_ms, reset_after_ms] = [fields[0], fields[1], fields[2], fields[3], fields[4]];
+        let [allowed, limit, remaining, retry_after_ms, reset_after_ms] =
+            [fields[0], fields[1], fields[2], fields[3], fields[4]];
         // The reply gives the binding tier's fields but not its index: the first
         // tier with the same four, since the server breaks ties to the earliest.
         let tier = tiers
@@ -176,7 +186,10 @@ impl Decision {
         if self.tiers.is_empty() {
             vec![(self.window, self.limit, self.remaining, self.reset_after)]
         } else {
-            self.tiers.iter().map(|t| (t.window, t.limit, t.remaining, t.reset_after)).collect()
+            self.tiers
+                .iter()
+                .map(|t| (t.window, t.limit, t.remaining, t.reset_after))
+                .collect()
         }
     }
 }
@@ -221,9 +234,18 @@ impl MultiDecision {
         let rejected = decisions.iter().position(|d| !d.allowed);
         let binding = rejected.unwrap_or_else(|| {
             // min_by_key returns the first of equal minima: ties go to the earliest.
-            decisions.iter().enumerate().min_by_key(|(_, d)| d.remaining).map_or(0, |(i, _)| i)
+            decisions
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, d)| d.remaining)
+                .map_or(0, |(i, _)| i)
         });
-        MultiDecision { allowed: rejected.is_none() && !decisions.is_empty(), decisions, rejected, binding }
+        MultiDecision {
+            allowed: rejected.is_none() && !decisions.is_empty(),
+            decisions,
+            rejected,
+            binding,
+        }
     }
 
     /// The binding decision.
@@ -257,21 +279,54 @@ mod tests {
         let d = Decision::from_reply(&second, &request, Via::Script).unwrap();
         assert_eq!((d.tier, d.window, d.via), (1, Duration::from_secs(60), Via::Script));
         let never = reply("*6\r\n:0\r\n:2\r\n:2\r\n:-1\r\n:0\r\n:-1\r\n");
-        let d = Decision::from_reply(&never, &Request::new("k", Duration::from_secs(1), 2).cost(3).stamp(), Via::Command).unwrap();
+        let d = Decision::from_reply(
+            &never,
+            &Request::new("k", Duration::from_secs(1), 2).cost(3).stamp(),
+            Via::Command,
+        )
+        .unwrap();
         assert_eq!((d.retry_after, d.cost_exceeds_limit, d.stamp), (None, true, None));
         assert!(Decision::from_reply(&Value::Int(1), &request, Via::Command).is_err());
         // A peek's last element is the oldest entry (−1: none), never a stamp.
         let peek = reply("*6\r\n:0\r\n:3\r\n:0\r\n:59800\r\n:59900\r\n:1700000000100\r\n");
-        let d = Decision::from_peek_reply(&peek, &Request::new("k", Duration::from_secs(60), 3).oldest().stamp(), Via::Command).unwrap();
+        let d = Decision::from_peek_reply(
+            &peek,
+            &Request::new("k", Duration::from_secs(60), 3).oldest().stamp(),
+            Via::Command,
+        )
+        .unwrap();
         assert_eq!((d.oldest, d.stamp), (Some(1_700_000_000_100), None));
         let empty = reply("*6\r\n:1\r\n:3\r\n:3\r\n:0\r\n:0\r\n:-1\r\n");
-        assert_eq!(Decision::from_peek_reply(&empty, &Request::new("k", Duration::from_secs(60), 3).oldest(), Via::Command).unwrap().oldest, None);
+        assert_eq!(
+            Decision::from_peek_reply(
+                &empty,
+                &Request::new("k", Duration::from_secs(60), 3).oldest(),
+                Via::Command
+            )
+            .unwrap()
+            .oldest,
+            None
+        );
     }
 
     #[test]
     fn the_binding_decision_is_the_rejection_or_the_fewest_remaining() {
-        let d = |allowed: bool, remaining: u64| Decision { allowed, remaining, ..Decision::from_error(&Request::new("k", Duration::from_secs(1), 9), true, Unavailable { cause: crate::Cause::Timeout, message: String::new() }) };
-        assert_eq!(MultiDecision::from_decisions(vec![d(true, 3), d(true, 1), d(true, 1)]).binding, 1);
+        let d = |allowed: bool, remaining: u64| Decision {
+            allowed,
+            remaining,
+            ..Decision::from_error(
+                &Request::new("k", Duration::from_secs(1), 9),
+                true,
+                Unavailable {
+                    cause: crate::Cause::Timeout,
+                    message: String::new(),
+                },
+            )
+        };
+        assert_eq!(
+            MultiDecision::from_decisions(vec![d(true, 3), d(true, 1), d(true, 1)]).binding,
+            1
+        );
         let m = MultiDecision::from_decisions(vec![d(true, 0), d(false, 2)]);
         assert_eq!((m.allowed, m.rejected, m.binding), (false, Some(1), 1));
     }

@@ -92,7 +92,10 @@ struct Script {
 
 impl Script {
     fn new(code: &'static str) -> Script {
-        Script { code, sha: redis::Script::new(code).get_hash().to_string() }
+        Script {
+            code,
+            sha: redis::Script::new(code).get_hash().to_string(),
+        }
     }
 }
 
@@ -143,17 +146,32 @@ pub(crate) type Then<'t> = dyn Fn(&Value) -> Option<Cmd> + Send + Sync + 't;
 
 /// The I/O an [`Engine`] needs. `deadline` bounds the whole exchange.
 pub(crate) trait Io: Sync {
-    fn send(&self, key: &[u8], read: bool, cmds: &[Cmd], deadline: Instant) -> impl Future<Output = RedisResult<Vec<Value>>> + Send;
+    fn send(
+        &self,
+        key: &[u8],
+        read: bool,
+        cmds: &[Cmd],
+        deadline: Instant,
+    ) -> impl Future<Output = RedisResult<Vec<Value>>> + Send;
     /// `cmd` to the primary serving `key`, then, once its reply is in,
     /// `then(&reply)` on the same connection (see [`Transport::send_then`](crate::Transport::send_then)).
-    fn send_then(&self, key: &[u8], cmd: &Cmd, then: &Then<'_>, deadline: Instant) -> impl Future<Output = RedisResult<(Value, Option<RedisResult<Value>>)>> + Send;
+    fn send_then(
+        &self,
+        key: &[u8],
+        cmd: &Cmd,
+        then: &Then<'_>,
+        deadline: Instant,
+    ) -> impl Future<Output = RedisResult<(Value, Option<RedisResult<Value>>)>> + Send;
     fn slot_map(&self, deadline: Instant) -> impl Future<Output = RedisResult<Option<Vec<SlotRange>>>> + Send;
     fn sleep(&self, duration: Duration) -> impl Future<Output = ()> + Send;
 }
 
 /// The timeout error the I/O layers return when the deadline passes first.
 pub(crate) fn timeout_error() -> RedisError {
-    RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply within the limiter's timeout"))
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no reply within the limiter's timeout",
+    ))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -221,13 +239,22 @@ pub(crate) struct Engine<'a, I> {
 
 impl<I: Io> Engine<'_, I> {
     fn deadline(&self, durable: bool) -> Instant {
-        let wait = if durable { self.config.durable.map_or(Duration::ZERO, |d| d.timeout) } else { Duration::ZERO };
+        let wait = if durable {
+            self.config.durable.map_or(Duration::ZERO, |d| d.timeout)
+        } else {
+            Duration::ZERO
+        };
         Instant::now() + self.config.timeout + wait
     }
 
     /// The request as sent: the prefix on its key, `NOW` from the clock.
     fn prepare<'r>(&self, request: &'r Request, stamp: bool) -> Cow<'r, Request> {
-        let clock_now = self.config.clock.as_ref().filter(|_| request.now.is_none()).map(|c| c.now_ms());
+        let clock_now = self
+            .config
+            .clock
+            .as_ref()
+            .filter(|_| request.now.is_none())
+            .map(|c| c.now_ms());
         if self.config.prefix.is_empty() && clock_now.is_none() && request.stamp == stamp {
             return Cow::Borrowed(request);
         }
@@ -251,24 +278,33 @@ impl<I: Io> Engine<'_, I> {
         // refunds by it); the Decision shows it only if asked.
         let asked = request.stamp;
         let request = self.prepare(request, asked || self.config.durable.is_some());
-        let result = self.allow_once(&request, self.deadline(true)).await.map(|mut decision| {
-            if !asked {
-                decision.stamp = None;
-            }
-            decision
-        });
+        let result = self
+            .allow_once(&request, self.deadline(true))
+            .await
+            .map(|mut decision| {
+                if !asked {
+                    decision.stamp = None;
+                }
+                decision
+            });
         self.policy(&request, result)
     }
 
     async fn allow_once(&self, request: &Request, deadline: Instant) -> Result<Decision, Error> {
         let op = Op::Allow { stamp: request.stamp };
-        let exchange = self.exchange(op, &request.key, Args::Window(request, op), true, deadline).await?;
+        let exchange = self
+            .exchange(op, &request.key, Args::Window(request, op), true, deadline)
+            .await?;
         let decision = Decision::from_reply(&exchange.reply, request, exchange.via)?;
-        let (Some(durable), true) = (self.config.durable, decision.allowed) else { return Ok(decision) };
+        let (Some(durable), true) = (self.config.durable, decision.allowed) else {
+            return Ok(decision);
+        };
         let (acknowledged, lost) = match exchange.wait {
             Some(Ok(Value::Int(n))) => (u64::try_from(n).unwrap_or(0), String::new()),
             // WAIT refused (NOPERM, a replica): the caller's configuration, raised.
-            Some(Err(error)) if error.code().is_some() && !Error::from_redis(&error).is_unavailable() => return Err(Error::from_redis(&error)),
+            Some(Err(error)) if error.code().is_some() && !Error::from_redis(&error).is_unavailable() => {
+                return Err(Error::from_redis(&error))
+            }
             Some(Err(error)) => (0, format!(" ({error})")),
             other => (0, format!(" (WAIT answered {other:?})")),
         };
@@ -278,12 +314,21 @@ impl<I: Io> Engine<'_, I> {
         if self.config.policy == Policy::Deny {
             if let Some(stamp) = decision.stamp {
                 // Best effort: a request turned away consumes nothing.
-                let _ = self.refund_once(&request.key, stamp, request.cost, false, self.deadline(false)).await;
+                let _ = self
+                    .refund_once(&request.key, stamp, request.cost, false, self.deadline(false))
+                    .await;
             }
         }
         Err(Error::unavailable(
-            Cause::NotReplicated { acknowledged, wanted: durable.replicas },
-            format!("not replicated: WAIT {} {} counted {acknowledged}{lost}", durable.replicas, durable.timeout.as_millis()),
+            Cause::NotReplicated {
+                acknowledged,
+                wanted: durable.replicas,
+            },
+            format!(
+                "not replicated: WAIT {} {} counted {acknowledged}{lost}",
+                durable.replicas,
+                durable.timeout.as_millis()
+            ),
         ))
     }
 
@@ -291,7 +336,15 @@ impl<I: Io> Engine<'_, I> {
         let request = self.prepare(request, false);
         let deadline = self.deadline(false);
         let result = async {
-            let exchange = self.exchange(Op::Peek, &request.key, Args::Window(&request, Op::Peek), false, deadline).await?;
+            let exchange = self
+                .exchange(
+                    Op::Peek,
+                    &request.key,
+                    Args::Window(&request, Op::Peek),
+                    false,
+                    deadline,
+                )
+                .await?;
             Decision::from_peek_reply(&exchange.reply, &request, exchange.via)
         }
         .await;
@@ -304,7 +357,9 @@ impl<I: Io> Engine<'_, I> {
     }
 
     async fn refund_once(&self, key: &str, stamp: u64, cost: u64, wait: bool, deadline: Instant) -> Result<u64, Error> {
-        let exchange = self.exchange(Op::Refund, key, Args::Refund { stamp, cost }, wait, deadline).await?;
+        let exchange = self
+            .exchange(Op::Refund, key, Args::Refund { stamp, cost }, wait, deadline)
+            .await?;
         // A refund that was not replicated is lost in a failover: the window
         // stays conservative, so its WAIT figure raises nothing.
         match exchange.reply {
@@ -363,14 +418,21 @@ impl<I: Io> Engine<'_, I> {
                 }
                 Err(error) => {
                     self.refund_admitted(&sent, &decisions).await;
-                    let Error::Unavailable(cause) = error else { return Err(error) };
+                    let Error::Unavailable(cause) = error else {
+                        return Err(error);
+                    };
                     let allowed = match self.config.policy {
                         Policy::Raise => return Err(Error::Unavailable(cause)),
                         Policy::Allow => true,
                         Policy::Deny => false,
                     };
                     decisions.push(Decision::from_error(&request, allowed, cause));
-                    return Ok(MultiDecision { allowed, decisions, rejected: (!allowed).then_some(j), binding: j });
+                    return Ok(MultiDecision {
+                        allowed,
+                        decisions,
+                        rejected: (!allowed).then_some(j),
+                        binding: j,
+                    });
                 }
             }
         }
@@ -382,18 +444,28 @@ impl<I: Io> Engine<'_, I> {
     async fn refund_admitted(&self, requests: &[Cow<'_, Request>], decisions: &[Decision]) {
         for (request, decision) in requests.iter().zip(decisions) {
             if let (true, Some(stamp)) = (decision.allowed, decision.stamp) {
-                let _ = self.refund_once(&request.key, stamp, request.cost, true, self.deadline(true)).await;
+                let _ = self
+                    .refund_once(&request.key, stamp, request.cost, true, self.deadline(true))
+                    .await;
             }
         }
     }
 
     /// Sends one call, by the command or by the script, and returns its reply.
-    async fn exchange(&self, op: Op, key: &str, args: Args<'_>, wait: bool, deadline: Instant) -> Result<Exchange, Error> {
+    async fn exchange(
+        &self,
+        op: Op,
+        key: &str,
+        args: Args<'_>,
+        wait: bool,
+        deadline: Instant,
+    ) -> Result<Exchange, Error> {
         let read = op == Op::Peek && self.config.read_from_replicas;
         // Durable mode: WAIT after a reply that wrote, on its connection.
         let wait_cmd = self.config.durable.filter(|_| wait && op != Op::Peek).map(|durable| {
             let mut wait = redis::cmd("WAIT");
-            wait.arg(durable.replicas).arg(u64::try_from(durable.timeout.as_millis()).unwrap_or(u64::MAX));
+            wait.arg(durable.replicas)
+                .arg(u64::try_from(durable.timeout.as_millis()).unwrap_or(u64::MAX));
             wait
         });
         let then = wait_cmd.map(|wait| move |reply: &Value| wrote(op, reply).then(|| wait.clone()));
@@ -409,7 +481,11 @@ impl<I: Io> Engine<'_, I> {
                     if path == Path::Probe {
                         self.mark(key, read, None, deadline).await;
                     }
-                    return Ok(Exchange { reply, via: Via::Command, wait });
+                    return Ok(Exchange {
+                        reply,
+                        via: Via::Command,
+                        wait,
+                    });
                 }
                 // Nothing was applied: the script answers, here and from now on.
                 Err(error) if self.config.fallback == Fallback::Auto && is_unknown_command(&error) => {
@@ -433,11 +509,19 @@ impl<I: Io> Engine<'_, I> {
                 (true, false) => redis::cmd("EVAL"),
                 (true, true) => redis::cmd("EVAL_RO"),
             };
-            cmd.arg(if by_text { script.code } else { script.sha.as_str() }).arg(1).arg(key);
+            cmd.arg(if by_text { script.code } else { script.sha.as_str() })
+                .arg(1)
+                .arg(key);
             args.write(&mut cmd)?;
             let (reply, wait) = self.send(key, read, cmd, then, deadline).await?;
             match reply {
-                Ok(reply) => return Ok(Exchange { reply, via: Via::Script, wait }),
+                Ok(reply) => {
+                    return Ok(Exchange {
+                        reply,
+                        via: Via::Script,
+                        wait,
+                    })
+                }
                 // Redis before 7.0 has no EVALSHA_RO: EVALSHA on that node from now on.
                 Err(error) if read_only && is_unknown_command(&error) => {
                     self.nodes().entry(node.clone()).or_default().no_read_only_scripts = true;
@@ -445,7 +529,11 @@ impl<I: Io> Engine<'_, I> {
                 }
                 // Not cached there (a restart, SCRIPT FLUSH, a new node): the
                 // text runs it once and caches it.
-                Err(error) if !by_text && error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => by_text = true,
+                Err(error)
+                    if !by_text && error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    by_text = true
+                }
                 Err(error) => return Err(Error::from_redis(&error)),
             }
         }
@@ -454,16 +542,33 @@ impl<I: Io> Engine<'_, I> {
     /// Sends `cmd` once (and, with `then`, what follows its reply on the same
     /// connection). The reply, a server's refusal as `Err`; `Err` of the call
     /// for an outage.
-    async fn send(&self, key: &str, read: bool, cmd: Cmd, then: Option<&Then<'_>>, deadline: Instant) -> Result<(RedisResult<Value>, Option<RedisResult<Value>>), Error> {
+    async fn send(
+        &self,
+        key: &str,
+        read: bool,
+        cmd: Cmd,
+        then: Option<&Then<'_>>,
+        deadline: Instant,
+    ) -> Result<(RedisResult<Value>, Option<RedisResult<Value>>), Error> {
         let result = match then {
             Some(then) => self.io.send_then(key.as_bytes(), &cmd, then, deadline).await,
-            None => self.io.send(key.as_bytes(), read, std::slice::from_ref(&cmd), deadline).await.and_then(|replies| {
-                let reply = replies.into_iter().next().ok_or_else(|| RedisError::from((redis::ErrorKind::UnexpectedReturnType, "no reply")))?;
-                Ok((reply, None))
-            }),
+            None => self
+                .io
+                .send(key.as_bytes(), read, std::slice::from_ref(&cmd), deadline)
+                .await
+                .and_then(|replies| {
+                    let reply = replies
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| RedisError::from((redis::ErrorKind::UnexpectedReturnType, "no reply")))?;
+                    Ok((reply, None))
+                }),
         };
         match result {
-            Ok((reply, wait)) => Ok((server_error_as_err(reply), wait.map(|w| w.and_then(server_error_as_err)))),
+            Ok((reply, wait)) => Ok((
+                server_error_as_err(reply),
+                wait.map(|w| w.and_then(server_error_as_err)),
+            )),
             // A server's refusal of the command.
             Err(error) if error.code().is_some() => Ok((Err(error), None)),
             Err(error) => Err(Error::from_redis(&error)),
@@ -471,7 +576,10 @@ impl<I: Io> Engine<'_, I> {
     }
 
     fn nodes(&self) -> std::sync::MutexGuard<'_, HashMap<String, NodeState>> {
-        self.shared.nodes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shared
+            .nodes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn node_flag(&self, node: &str, flag: impl Fn(&NodeState) -> bool) -> bool {

@@ -53,7 +53,16 @@ pub enum Cause {
 }
 
 /// Server error codes that mean "can't serve now", not "you asked wrongly".
-const UNAVAILABLE_CODES: [&str; 8] = ["LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS", "OOM"];
+const UNAVAILABLE_CODES: [&str; 8] = [
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "READONLY",
+    "NOREPLICAS",
+    "OOM",
+];
 
 /// The one `ERR` that is an outage: the server is at `maxclients` (it then
 /// closes the connection; nothing was applied).
@@ -74,7 +83,10 @@ impl Error {
     }
 
     pub(crate) fn unavailable(cause: Cause, message: impl Into<String>) -> Error {
-        Error::Unavailable(Unavailable { cause, message: message.into() })
+        Error::Unavailable(Unavailable {
+            cause,
+            message: message.into(),
+        })
     }
 
     /// Sorts a `redis` error into the contract's two kinds.
@@ -84,10 +96,15 @@ impl Error {
                 Some(detail) if !detail.is_empty() => format!("{code} {detail}"),
                 _ => code.to_string(),
             };
-            if UNAVAILABLE_CODES.contains(&code) || (code == "ERR" && error.detail().is_some_and(|d| d.starts_with(MAX_CLIENTS))) {
+            if UNAVAILABLE_CODES.contains(&code)
+                || (code == "ERR" && error.detail().is_some_and(|d| d.starts_with(MAX_CLIENTS)))
+            {
                 return Error::unavailable(Cause::Server { code: code.to_string() }, message);
             }
-            return Error::Server { code: code.to_string(), message };
+            return Error::Server {
+                code: code.to_string(),
+                message,
+            };
         }
         if error.is_timeout() {
             return Error::unavailable(Cause::Timeout, error.to_string());
@@ -158,23 +175,55 @@ mod tests {
 
     #[test]
     fn a_refusal_keeps_the_servers_text_and_an_outage_code_goes_to_the_policy() {
-        let refusal = Error::from_redis(&server("ERR window must be an integer from 1 to 9007199254740991 (milliseconds)"));
+        let refusal = Error::from_redis(&server(
+            "ERR window must be an integer from 1 to 9007199254740991 (milliseconds)",
+        ));
         assert_eq!(
             refusal,
-            Error::Server { code: "ERR".into(), message: "ERR window must be an integer from 1 to 9007199254740991 (milliseconds)".into() }
+            Error::Server {
+                code: "ERR".into(),
+                message: "ERR window must be an integer from 1 to 9007199254740991 (milliseconds)".into()
+            }
         );
-        assert_eq!(refusal.to_string(), "ERR window must be an integer from 1 to 9007199254740991 (milliseconds)");
-        let wrongtype = Error::from_redis(&server("WRONGTYPE Operation against a key holding the wrong kind of value"));
+        assert_eq!(
+            refusal.to_string(),
+            "ERR window must be an integer from 1 to 9007199254740991 (milliseconds)"
+        );
+        let wrongtype = Error::from_redis(&server(
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        ));
         assert!(matches!(&wrongtype, Error::Server { code, .. } if code == "WRONGTYPE"));
         for code in UNAVAILABLE_CODES {
             let error = Error::from_redis(&server(&format!("{code} try later")));
-            assert_eq!(error, Error::unavailable(Cause::Server { code: code.into() }, format!("{code} try later")), "{code}");
+            assert_eq!(
+                error,
+                Error::unavailable(Cause::Server { code: code.into() }, format!("{code} try later")),
+                "{code}"
+            );
         }
         let full = Error::from_redis(&server("ERR max number of clients reached"));
-        assert_eq!(full, Error::unavailable(Cause::Server { code: "ERR".into() }, "ERR max number of clients reached"));
+        assert_eq!(
+            full,
+            Error::unavailable(
+                Cause::Server { code: "ERR".into() },
+                "ERR max number of clients reached"
+            )
+        );
         let reset = RedisError::from(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset"));
-        assert!(matches!(Error::from_redis(&reset), Error::Unavailable(Unavailable { cause: Cause::Connection, .. })));
+        assert!(matches!(
+            Error::from_redis(&reset),
+            Error::Unavailable(Unavailable {
+                cause: Cause::Connection,
+                ..
+            })
+        ));
         let timeout = RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, "slow"));
-        assert!(matches!(Error::from_redis(&timeout), Error::Unavailable(Unavailable { cause: Cause::Timeout, .. })));
+        assert!(matches!(
+            Error::from_redis(&timeout),
+            Error::Unavailable(Unavailable {
+                cause: Cause::Timeout,
+                ..
+            })
+        ));
     }
 }

@@ -99,7 +99,9 @@ fn write_headers(headers: &mut HeaderMap, style: Style, parts: &[(&Decision, Vec
         let (mut policy, mut state) = (Vec::new(), Vec::new());
         for (decision, names) in parts {
             for (i, (window, limit, remaining, reset_after)) in decision.policies().into_iter().enumerate() {
-                let name = names.get(i).map_or_else(|| policy_name(limit, window), |n| n.to_string());
+                let name = names
+                    .get(i)
+                    .map_or_else(|| policy_name(limit, window), |n| n.to_string());
                 let name = quoted(&name);
                 policy.push(format!("{name};q={limit};w={}", ceil_seconds(window)));
                 state.push(format!("{name};r={remaining};t={}", ceil_seconds(reset_after)));
@@ -150,7 +152,10 @@ mod tests {
 
     #[test]
     fn seconds_round_up_and_names_follow_the_window() {
-        assert_eq!([0, 1, 999, 1000, 1001, 60_200].map(|ms| ceil_seconds(Duration::from_millis(ms))), [0, 1, 1, 1, 2, 61]);
+        assert_eq!(
+            [0, 1, 999, 1000, 1001, 60_200].map(|ms| ceil_seconds(Duration::from_millis(ms))),
+            [0, 1, 1, 1, 2, 61]
+        );
         assert_eq!(policy_name(5, Duration::from_secs(60)), "5-in-60s");
         assert_eq!(policy_name(3, Duration::from_millis(1500)), "3-in-1500ms");
         assert_eq!(quoted("a \"b\" \\ é"), r#""a \"b\" \\ ?""#);

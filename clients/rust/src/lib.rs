@@ -64,7 +64,10 @@ pub use clock::{acquire_step, AcquireStep, Clock};
 pub use decision::{Decision, MultiDecision, TierState, Via};
 pub use engine::{Durable, Fallback, ALLOW_SCRIPT, PEEK_SCRIPT, REFUND_SCRIPT};
 pub use error::{Cause, Error, Policy, Unavailable};
-pub use headers::{ceil_seconds, policy_name, Style, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING, RATELIMIT_RESET};
+pub use headers::{
+    ceil_seconds, policy_name, Style, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING,
+    RATELIMIT_RESET,
+};
 pub use limiter::{Builder, Limiter};
 pub use request::{refund_command, Request, Tier};
 pub use transport::{SlotRange, Standalone, Transport};
@@ -85,7 +88,10 @@ pub use transport::{SlotRange, Standalone, Transport};
 /// ```
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-pub fn cluster_client<T: redis::IntoConnectionInfo>(nodes: impl IntoIterator<Item = T>, read_from_replicas: bool) -> redis::cluster::ClusterClientBuilder {
+pub fn cluster_client<T: redis::IntoConnectionInfo>(
+    nodes: impl IntoIterator<Item = T>,
+    read_from_replicas: bool,
+) -> redis::cluster::ClusterClientBuilder {
     let builder = redis::cluster::ClusterClientBuilder::new(nodes).retries(0);
     if read_from_replicas {
         builder.read_routing_strategy(redis::cluster_read_routing::RandomReplicaStrategy)

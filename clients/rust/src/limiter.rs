@@ -40,7 +40,11 @@ pub struct Limiter<T> {
 
 impl<T> Clone for Limiter<T> {
     fn clone(&self) -> Self {
-        Limiter { transport: self.transport.clone(), config: self.config.clone(), shared: self.shared.clone() }
+        Limiter {
+            transport: self.transport.clone(),
+            config: self.config.clone(),
+            shared: self.shared.clone(),
+        }
     }
 }
 
@@ -138,13 +142,20 @@ impl<T> Builder<T> {
     }
 
     pub(crate) fn with(transport: T) -> Builder<T> {
-        Builder { transport, config: Config::default() }
+        Builder {
+            transport,
+            config: Config::default(),
+        }
     }
 }
 
 impl<T: Transport> Builder<T> {
     pub fn build(self) -> Limiter<T> {
-        Limiter { transport: Arc::new(self.transport), config: Arc::new(self.config), shared: Arc::new(Shared::new()) }
+        Limiter {
+            transport: Arc::new(self.transport),
+            config: Arc::new(self.config),
+            shared: Arc::new(Shared::new()),
+        }
     }
 }
 
@@ -159,7 +170,13 @@ impl<T: Transport> Io for AsyncIo<'_, T> {
         }
     }
 
-    async fn send_then(&self, key: &[u8], cmd: &Cmd, then: &Then<'_>, deadline: Instant) -> RedisResult<(Value, Option<RedisResult<Value>>)> {
+    async fn send_then(
+        &self,
+        key: &[u8],
+        cmd: &Cmd,
+        then: &Then<'_>,
+        deadline: Instant,
+    ) -> RedisResult<(Value, Option<RedisResult<Value>>)> {
         match tokio::time::timeout_at(deadline.into(), self.0.send_then(key, cmd, then)).await {
             Ok(result) => result,
             Err(_elapsed) => Err(timeout_error()),
@@ -194,7 +211,11 @@ impl<T: Transport> Limiter<T> {
     pub fn with_policy(&self, policy: Policy) -> Limiter<T> {
         let mut config = (*self.config).clone();
         config.policy = policy;
-        Limiter { transport: self.transport.clone(), config: Arc::new(config), shared: self.shared.clone() }
+        Limiter {
+            transport: self.transport.clone(),
+            config: Arc::new(config),
+            shared: self.shared.clone(),
+        }
     }
 
     /// The transport this limiter sends through.
@@ -203,7 +224,11 @@ impl<T: Transport> Limiter<T> {
     }
 
     fn engine(&self) -> Engine<'_, AsyncIo<'_, T>> {
-        Engine { io: AsyncIo(&self.transport), config: &self.config, shared: &self.shared }
+        Engine {
+            io: AsyncIo(&self.transport),
+            config: &self.config,
+            shared: &self.shared,
+        }
     }
 
     /// `XCLOAK.ALLOW`: admits the request and records it, or rejects it and

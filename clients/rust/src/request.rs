@@ -64,7 +64,16 @@ pub struct Request {
 impl Request {
     /// At most `limit` units of cost per `window` on `key`.
     pub fn new(key: impl Into<String>, window: Duration, limit: u64) -> Request {
-        Request { key: key.into(), window, limit, tiers: Vec::new(), cost: 1, stamp: false, oldest: false, now: None }
+        Request {
+            key: key.into(),
+            window,
+            limit,
+            tiers: Vec::new(),
+            cost: 1,
+            stamp: false,
+            oldest: false,
+            now: None,
+        }
     }
 
     /// Adds a tier: also at most `limit` per `window` on the same key.
@@ -213,33 +222,110 @@ mod tests {
 
     #[test]
     fn the_canonical_order_is_tiers_cost_now_details_stamp() {
-        let request = Request::new("k", Duration::from_secs(1), 3).tier(Duration::from_secs(60), 5).cost(2).now(7).stamp();
+        let request = Request::new("k", Duration::from_secs(1), 3)
+            .tier(Duration::from_secs(60), 5)
+            .cost(2)
+            .now(7)
+            .stamp();
         // OLDEST is a peek's, last; STAMP an allow's.
         assert_eq!(
             args(&request.clone().oldest().peek_command().unwrap()),
-            ["XCLOAK.PEEK", "k", "1000", "3", "TIER", "60000", "5", "COST", "2", "NOW", "7", "OLDEST"]
+            [
+                "XCLOAK.PEEK",
+                "k",
+                "1000",
+                "3",
+                "TIER",
+                "60000",
+                "5",
+                "COST",
+                "2",
+                "NOW",
+                "7",
+                "OLDEST"
+            ]
         );
-        assert_eq!(args(&request.clone().oldest().allow_command().unwrap()), args(&request.allow_command().unwrap()));
+        assert_eq!(
+            args(&request.clone().oldest().allow_command().unwrap()),
+            args(&request.allow_command().unwrap())
+        );
         assert_eq!(
             args(&request.allow_command().unwrap()),
-            ["XCLOAK.ALLOW", "k", "1000", "3", "TIER", "60000", "5", "COST", "2", "NOW", "7", "DETAILS", "STAMP"]
+            [
+                "XCLOAK.ALLOW",
+                "k",
+                "1000",
+                "3",
+                "TIER",
+                "60000",
+                "5",
+                "COST",
+                "2",
+                "NOW",
+                "7",
+                "DETAILS",
+                "STAMP"
+            ]
         );
-        assert_eq!(args(&request.peek_command().unwrap()), ["XCLOAK.PEEK", "k", "1000", "3", "TIER", "60000", "5", "COST", "2", "NOW", "7"]);
+        assert_eq!(
+            args(&request.peek_command().unwrap()),
+            [
+                "XCLOAK.PEEK",
+                "k",
+                "1000",
+                "3",
+                "TIER",
+                "60000",
+                "5",
+                "COST",
+                "2",
+                "NOW",
+                "7"
+            ]
+        );
         // A cost of 1 is the default and is not sent.
-        assert_eq!(args(&Request::new("k", Duration::from_millis(5), 1).cost(1).peek_command().unwrap()), ["XCLOAK.PEEK", "k", "5", "1"]);
+        assert_eq!(
+            args(
+                &Request::new("k", Duration::from_millis(5), 1)
+                    .cost(1)
+                    .peek_command()
+                    .unwrap()
+            ),
+            ["XCLOAK.PEEK", "k", "5", "1"]
+        );
         assert_eq!(args(&refund_command("k", 9, 1)), ["XCLOAK.REFUND", "k", "9"]);
-        assert_eq!(args(&refund_command("k", 9, 4)), ["XCLOAK.REFUND", "k", "9", "COST", "4"]);
+        assert_eq!(
+            args(&refund_command("k", 9, 4)),
+            ["XCLOAK.REFUND", "k", "9", "COST", "4"]
+        );
     }
 
     #[test]
     fn a_window_of_a_fraction_of_a_millisecond_is_refused_by_name() {
-        let error = Request::new("k", Duration::from_micros(1500), 3).allow_command().unwrap_err();
-        assert!(matches!(&error, Error::Argument { name, .. } if name == "window"), "{error:?}");
-        let error = Request::new("k", Duration::from_secs(1), 3).tier(Duration::from_nanos(1), 1).allow_command().unwrap_err();
-        assert!(matches!(&error, Error::Argument { name, .. } if name == "window of TIER 1"), "{error:?}");
+        let error = Request::new("k", Duration::from_micros(1500), 3)
+            .allow_command()
+            .unwrap_err();
+        assert!(
+            matches!(&error, Error::Argument { name, .. } if name == "window"),
+            "{error:?}"
+        );
+        let error = Request::new("k", Duration::from_secs(1), 3)
+            .tier(Duration::from_nanos(1), 1)
+            .allow_command()
+            .unwrap_err();
+        assert!(
+            matches!(&error, Error::Argument { name, .. } if name == "window of TIER 1"),
+            "{error:?}"
+        );
         // Whole milliseconds, however large, go to the server, which checks the range.
-        assert_eq!(whole_ms("window", Duration::from_millis(9_007_199_254_740_992)).unwrap(), 9_007_199_254_740_992);
-        assert_eq!(whole_ms("window", Duration::MAX).unwrap_err().to_string(), format!("window must be a whole number of milliseconds, not {:?}", Duration::MAX));
+        assert_eq!(
+            whole_ms("window", Duration::from_millis(9_007_199_254_740_992)).unwrap(),
+            9_007_199_254_740_992
+        );
+        assert_eq!(
+            whole_ms("window", Duration::MAX).unwrap_err().to_string(),
+            format!("window must be a whole number of milliseconds, not {:?}", Duration::MAX)
+        );
         assert_eq!(whole_ms("window", Duration::from_secs(u64::MAX)).unwrap(), u64::MAX);
     }
 }

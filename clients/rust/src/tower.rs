@@ -110,7 +110,9 @@ impl HttpLimit {
     }
 
     fn request(&self, key: &str) -> Request {
-        let mut request = Request::new(format!("rl:{}:{key}", self.name), self.window, self.limit).tiers(self.tiers.iter().copied()).cost(self.cost);
+        let mut request = Request::new(format!("rl:{}:{key}", self.name), self.window, self.limit)
+            .tiers(self.tiers.iter().copied())
+            .cost(self.cost);
         request.stamp = self.skip_successful || self.skip_failed;
         request
     }
@@ -174,8 +176,13 @@ impl HeaderKey {
 
 impl KeyExtractor for HeaderKey {
     fn key(&self, request: &Parts) -> Result<String, KeyError> {
-        let value = request.headers.get(&self.0).ok_or_else(|| KeyError(format!("no {} header", self.0)))?;
-        let value = value.to_str().map_err(|_| KeyError(format!("the {} header is not visible ASCII", self.0)))?;
+        let value = request
+            .headers
+            .get(&self.0)
+            .ok_or_else(|| KeyError(format!("no {} header", self.0)))?;
+        let value = value
+            .to_str()
+            .map_err(|_| KeyError(format!("the {} header is not visible ASCII", self.0)))?;
         Ok(value.to_string())
     }
 }
@@ -232,7 +239,9 @@ pub struct PeerIp {
 
 impl std::fmt::Debug for PeerIp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PeerIp").field("trusted", &self.trusted).finish_non_exhaustive()
+        f.debug_struct("PeerIp")
+            .field("trusted", &self.trusted)
+            .finish_non_exhaustive()
     }
 }
 
@@ -245,7 +254,10 @@ impl Default for PeerIp {
 impl PeerIp {
     /// The peer from a `std::net::SocketAddr` in the request's extensions.
     pub fn new() -> PeerIp {
-        PeerIp { source: Arc::new(|extensions: &Extensions| extensions.get::<SocketAddr>().copied()), trusted: Arc::new([]) }
+        PeerIp {
+            source: Arc::new(|extensions: &Extensions| extensions.get::<SocketAddr>().copied()),
+            trusted: Arc::new([]),
+        }
     }
 
     /// The peer from the framework's extension `E`:
@@ -256,7 +268,10 @@ impl PeerIp {
         E: Send + Sync + 'static,
         A: Into<Option<SocketAddr>>,
     {
-        PeerIp { source: Arc::new(move |extensions: &Extensions| extensions.get::<E>().and_then(|e| addr(e).into())), trusted: Arc::new([]) }
+        PeerIp {
+            source: Arc::new(move |extensions: &Extensions| extensions.get::<E>().and_then(|e| addr(e).into())),
+            trusted: Arc::new([]),
+        }
     }
 
     /// Trust these proxies (addresses or CIDR ranges): a request from one of
@@ -266,7 +281,10 @@ impl PeerIp {
     pub fn trust_proxies<S: AsRef<str>>(mut self, proxies: impl IntoIterator<Item = S>) -> Result<PeerIp, KeyError> {
         let nets: Result<Vec<IpNet>, KeyError> = proxies
             .into_iter()
-            .map(|p| IpNet::parse(p.as_ref()).ok_or_else(|| KeyError(format!("{:?} is not an address or a CIDR range", p.as_ref()))))
+            .map(|p| {
+                IpNet::parse(p.as_ref())
+                    .ok_or_else(|| KeyError(format!("{:?} is not an address or a CIDR range", p.as_ref())))
+            })
             .collect();
         self.trusted = nets?.into();
         Ok(self)
@@ -280,7 +298,18 @@ impl PeerIp {
     /// in order, else every `Forwarded` element's `for=`. `None` for an entry
     /// that is not an address (`unknown`, an obfuscated name).
     fn forwarded(request: &Parts) -> Vec<Option<IpAddr>> {
-        let values = |name: &str| request.headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim).filter(|v| !v.is_empty()).map(str::to_string).collect::<Vec<_>>();
+        let values = |name: &str| {
+            request
+                .headers
+                .get_all(name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
         let xff = values("x-forwarded-for");
         if !xff.is_empty() {
             return xff.iter().map(|entry| parse_hop(entry)).collect();
@@ -290,7 +319,9 @@ impl PeerIp {
             .filter_map(|element| {
                 element.split(';').find_map(|pair| {
                     let (name, value) = pair.split_once('=')?;
-                    name.trim().eq_ignore_ascii_case("for").then(|| parse_hop(value.trim().trim_matches('"')))
+                    name.trim()
+                        .eq_ignore_ascii_case("for")
+                        .then(|| parse_hop(value.trim().trim_matches('"')))
                 })
             })
             .collect()
@@ -299,7 +330,10 @@ impl PeerIp {
 
 /// `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`, `[2001:db8::1]:80`.
 fn parse_hop(text: &str) -> Option<IpAddr> {
-    text.parse::<IpAddr>().ok().or_else(|| text.parse::<SocketAddr>().ok().map(|s| s.ip())).or_else(|| text.strip_prefix('[')?.strip_suffix(']')?.parse().ok())
+    text.parse::<IpAddr>()
+        .ok()
+        .or_else(|| text.parse::<SocketAddr>().ok().map(|s| s.ip()))
+        .or_else(|| text.strip_prefix('[')?.strip_suffix(']')?.parse().ok())
 }
 
 impl KeyExtractor for PeerIp {
@@ -336,7 +370,12 @@ pub struct RateLimitLayer<T, K = PeerIp> {
 
 impl<T, K> Clone for RateLimitLayer<T, K> {
     fn clone(&self) -> Self {
-        RateLimitLayer { limiter: self.limiter.clone(), limits: self.limits.clone(), key: self.key.clone(), style: self.style }
+        RateLimitLayer {
+            limiter: self.limiter.clone(),
+            limits: self.limits.clone(),
+            key: self.key.clone(),
+            style: self.style,
+        }
     }
 }
 
@@ -344,14 +383,24 @@ impl<T: Transport> RateLimitLayer<T, PeerIp> {
     /// `limits` on every request, keyed by the peer's IP address (a
     /// `SocketAddr` extension; see [`PeerIp`] and [`RateLimitLayer::key`]).
     pub fn new(limiter: Limiter<T>, limits: impl IntoIterator<Item = HttpLimit>) -> RateLimitLayer<T, PeerIp> {
-        RateLimitLayer { limiter, limits: limits.into_iter().collect(), key: Arc::new(PeerIp::new()), style: Style::Ietf }
+        RateLimitLayer {
+            limiter,
+            limits: limits.into_iter().collect(),
+            key: Arc::new(PeerIp::new()),
+            style: Style::Ietf,
+        }
     }
 }
 
 impl<T, K> RateLimitLayer<T, K> {
     /// Who a request counts against.
     pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitLayer<T, K2> {
-        RateLimitLayer { limiter: self.limiter, limits: self.limits, key: Arc::new(key), style: self.style }
+        RateLimitLayer {
+            limiter: self.limiter,
+            limits: self.limits,
+            key: Arc::new(key),
+            style: self.style,
+        }
     }
 
     /// Which header fields to send (default [`Style::Ietf`]).
@@ -365,7 +414,10 @@ impl<S, T, K> Layer<S> for RateLimitLayer<T, K> {
     type Service = RateLimit<S, T, K>;
 
     fn layer(&self, inner: S) -> RateLimit<S, T, K> {
-        RateLimit { inner, layer: self.clone() }
+        RateLimit {
+            inner,
+            layer: self.clone(),
+        }
     }
 }
 
@@ -377,7 +429,10 @@ pub struct RateLimit<S, T, K> {
 
 impl<S: Clone, T, K> Clone for RateLimit<S, T, K> {
     fn clone(&self) -> Self {
-        RateLimit { inner: self.inner.clone(), layer: self.layer.clone() }
+        RateLimit {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
     }
 }
 
@@ -392,7 +447,9 @@ pin_project_lite::pin_project! {
 
 impl<B> RateLimitBody<B> {
     fn message(text: &'static str) -> RateLimitBody<B> {
-        RateLimitBody::Message { text: Some(Bytes::from_static(text.as_bytes())) }
+        RateLimitBody::Message {
+            text: Some(Bytes::from_static(text.as_bytes())),
+        }
     }
 }
 
@@ -400,7 +457,10 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for RateLimitBody<B> {
     type Data = Bytes;
     type Error = B::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
         match self.project() {
             BodyProjection::Inner { body } => body.poll_frame(cx),
             BodyProjection::Message { text } => Poll::Ready(text.take().map(|t| Ok(http_body::Frame::data(t)))),
@@ -417,7 +477,9 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for RateLimitBody<B> {
     fn size_hint(&self) -> http_body::SizeHint {
         match self {
             RateLimitBody::Inner { body } => body.size_hint(),
-            RateLimitBody::Message { text } => http_body::SizeHint::with_exact(text.as_ref().map_or(0, |t| t.len() as u64)),
+            RateLimitBody::Message { text } => {
+                http_body::SizeHint::with_exact(text.as_ref().map_or(0, |t| t.len() as u64))
+            }
         }
     }
 }
@@ -430,7 +492,9 @@ fn plain<B>(status: StatusCode, text: &'static str, headers: http::HeaderMap) ->
     let mut response = http::Response::new(RateLimitBody::message(text));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
-    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     response
 }
 
@@ -468,25 +532,45 @@ where
             };
             let request = http::Request::from_parts(parts, body);
             let Some(outcome) = outcome else {
-                return inner.call(request).await.map(|r| r.map(|body| RateLimitBody::Inner { body })).map_err(Into::into);
+                return inner
+                    .call(request)
+                    .await
+                    .map(|r| r.map(|body| RateLimitBody::Inner { body }))
+                    .map_err(Into::into);
             };
             if outcome.decisions.iter().any(|d| d.via == Via::Error) {
                 // The error policy answered: serve without headers, or 503.
                 if !outcome.allowed {
-                    return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, http::HeaderMap::new()));
+                    return Ok(plain(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        UNAVAILABLE,
+                        http::HeaderMap::new(),
+                    ));
                 }
-                return inner.call(request).await.map(|r| r.map(|body| RateLimitBody::Inner { body })).map_err(Into::into);
+                return inner
+                    .call(request)
+                    .await
+                    .map(|r| r.map(|body| RateLimitBody::Inner { body }))
+                    .map_err(Into::into);
             }
             let names: Vec<&[String]> = layer.limits.iter().map(|l| l.names.as_slice()).collect();
             let headers = outcome.headers_named(layer.style, &names);
             if !outcome.allowed {
-                let text = if outcome.binding().cost_exceeds_limit { NEVER_FITS } else { TOO_MANY };
+                let text = if outcome.binding().cost_exceeds_limit {
+                    NEVER_FITS
+                } else {
+                    TOO_MANY
+                };
                 return Ok(plain(StatusCode::TOO_MANY_REQUESTS, text, headers));
             }
             let result = inner.call(request).await;
             let success = matches!(&result, Ok(response) if response.status().as_u16() < 400);
             for ((limit, request), decision) in layer.limits.iter().zip(&requests).zip(&outcome.decisions) {
-                let refund = if success { limit.skip_successful } else { limit.skip_failed };
+                let refund = if success {
+                    limit.skip_successful
+                } else {
+                    limit.skip_failed
+                };
                 if let (true, Some(stamp)) = (refund, decision.stamp) {
                     let (limiter, key, cost) = (layer.limiter.clone(), request.key.clone(), request.cost);
                     // After the response: it does not wait for this round trip.
@@ -520,29 +604,55 @@ mod tests {
     fn forwarded_addresses_count_only_behind_trusted_proxies() {
         let plain = PeerIp::new();
         // Not behind a trusted proxy: the header is the client's to write, ignored.
-        assert_eq!(plain.key(&parts("203.0.113.9:5000", &[("x-forwarded-for", "1.2.3.4")])).unwrap(), "203.0.113.9");
+        assert_eq!(
+            plain
+                .key(&parts("203.0.113.9:5000", &[("x-forwarded-for", "1.2.3.4")]))
+                .unwrap(),
+            "203.0.113.9"
+        );
         let proxied = PeerIp::new().trust_proxies(["10.0.0.0/8", "192.0.2.1"]).unwrap();
         // The client wrote 1.2.3.4 itself; the proxies appended 198.51.100.7 then 10.1.1.1.
-        let chain = [("x-forwarded-for", "1.2.3.4, 198.51.100.7"), ("x-forwarded-for", "10.1.1.1")];
+        let chain = [
+            ("x-forwarded-for", "1.2.3.4, 198.51.100.7"),
+            ("x-forwarded-for", "10.1.1.1"),
+        ];
         assert_eq!(proxied.key(&parts("192.0.2.1:443", &chain)).unwrap(), "198.51.100.7");
         // From a peer that is not trusted, whatever it forwards.
         assert_eq!(proxied.key(&parts("198.51.100.99:1", &chain)).unwrap(), "198.51.100.99");
         // Every hop trusted: the leftmost.
-        assert_eq!(proxied.key(&parts("10.0.0.1:1", &[("x-forwarded-for", "10.2.2.2")])).unwrap(), "10.2.2.2");
-        let forwarded = [("forwarded", r#"for=198.51.100.17;proto=https, for="[2001:db8::1]:4711""#)];
+        assert_eq!(
+            proxied
+                .key(&parts("10.0.0.1:1", &[("x-forwarded-for", "10.2.2.2")]))
+                .unwrap(),
+            "10.2.2.2"
+        );
+        let forwarded = [(
+            "forwarded",
+            r#"for=198.51.100.17;proto=https, for="[2001:db8::1]:4711""#,
+        )];
         assert_eq!(proxied.key(&parts("10.0.0.1:1", &forwarded)).unwrap(), "2001:db8::1");
         // An IPv4 peer seen through an IPv6 socket is the IPv4 address.
-        assert_eq!(plain.key(&parts("[::ffff:203.0.113.9]:80", &[])).unwrap(), "203.0.113.9");
+        assert_eq!(
+            plain.key(&parts("[::ffff:203.0.113.9]:80", &[])).unwrap(),
+            "203.0.113.9"
+        );
         assert!(PeerIp::new().trust_proxies(["10.0.0.0/33"]).is_err());
-        assert!(IpNet::parse("2001:db8::/32").unwrap().contains("2001:db8:ffff::1".parse().unwrap()));
-        assert!(!IpNet::parse("2001:db8::/32").unwrap().contains("2001:db9::1".parse().unwrap()));
+        assert!(IpNet::parse("2001:db8::/32")
+            .unwrap()
+            .contains("2001:db8:ffff::1".parse().unwrap()));
+        assert!(!IpNet::parse("2001:db8::/32")
+            .unwrap()
+            .contains("2001:db9::1".parse().unwrap()));
         assert!(IpNet::parse("0.0.0.0/0").unwrap().contains("8.8.8.8".parse().unwrap()));
     }
 
     #[test]
     fn a_header_key_falls_back_to_the_peer() {
         let key = HeaderKey::new("x-api-key").or(PeerIp::new());
-        assert_eq!(key.key(&parts("203.0.113.9:1", &[("x-api-key", "k-1")])).unwrap(), "k-1");
+        assert_eq!(
+            key.key(&parts("203.0.113.9:1", &[("x-api-key", "k-1")])).unwrap(),
+            "k-1"
+        );
         assert_eq!(key.key(&parts("203.0.113.9:1", &[])).unwrap(), "203.0.113.9");
         assert!(HeaderKey::new("x-api-key").key(&parts("203.0.113.9:1", &[])).is_err());
     }

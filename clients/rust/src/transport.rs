@@ -37,7 +37,12 @@ pub trait Transport: Send + Sync + 'static {
     /// Sends `cmds` in one pipeline to the node serving `key` (with `read`, a
     /// replica may answer), once, and returns one reply per command. A server
     /// error may come back as a `Value::ServerError` reply or as the `Err`.
-    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a;
+    fn send<'a>(
+        &'a self,
+        key: &'a [u8],
+        read: bool,
+        cmds: &'a [Cmd],
+    ) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a;
 
     /// Sends `cmd` to the primary serving `key`, once, and when its reply is
     /// in and `then(&reply)` gives a command, sends that one after it **on the
@@ -75,7 +80,10 @@ pub trait Transport: Send + Sync + 'static {
 
 /// The one reply of a one-command send.
 fn first(replies: Vec<Value>) -> RedisResult<Value> {
-    replies.into_iter().next().ok_or_else(|| redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "no reply")))
+    replies
+        .into_iter()
+        .next()
+        .ok_or_else(|| redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "no reply")))
 }
 
 /// Any single-server connection of the `redis` crate.
@@ -97,20 +105,35 @@ impl<C> Transport for Standalone<C>
 where
     C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
 {
-    fn send<'a>(&'a self, _key: &'a [u8], _read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
+    fn send<'a>(
+        &'a self,
+        _key: &'a [u8],
+        _read: bool,
+        cmds: &'a [Cmd],
+    ) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
         send_standalone(self.0.clone(), cmds)
     }
 }
 
 impl Transport for redis::aio::MultiplexedConnection {
-    fn send<'a>(&'a self, _key: &'a [u8], _read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
+    fn send<'a>(
+        &'a self,
+        _key: &'a [u8],
+        _read: bool,
+        cmds: &'a [Cmd],
+    ) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
         send_standalone(self.clone(), cmds)
     }
 }
 
 #[cfg(feature = "connection-manager")]
 impl Transport for redis::aio::ConnectionManager {
-    fn send<'a>(&'a self, _key: &'a [u8], _read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
+    fn send<'a>(
+        &'a self,
+        _key: &'a [u8],
+        _read: bool,
+        cmds: &'a [Cmd],
+    ) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
         send_standalone(self.clone(), cmds)
     }
 }
@@ -146,13 +169,24 @@ mod cluster {
 
     /// Sends `cmds` to the node serving `key`, following `MOVED` and `ASK`
     /// (the node did not run the call); the result and the node that gave it.
-    async fn routed(conn: &mut ClusterConnection, key: &[u8], read: bool, cmds: &[Cmd]) -> (RedisResult<Vec<Value>>, SingleNodeRoutingInfo) {
-        let slot_addr = if read { SlotAddr::ReplicaRequired } else { SlotAddr::Master };
+    async fn routed(
+        conn: &mut ClusterConnection,
+        key: &[u8],
+        read: bool,
+        cmds: &[Cmd],
+    ) -> (RedisResult<Vec<Value>>, SingleNodeRoutingInfo) {
+        let slot_addr = if read {
+            SlotAddr::ReplicaRequired
+        } else {
+            SlotAddr::Master
+        };
         let mut route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, slot_addr));
         let mut asking = false;
         for _ in 0..=MAX_REDIRECTS {
             let result = if cmds.len() == 1 && !asking {
-                conn.route_command(cmds[0].clone(), RoutingInfo::SingleNode(route.clone())).await.map(|v| vec![v])
+                conn.route_command(cmds[0].clone(), RoutingInfo::SingleNode(route.clone()))
+                    .await
+                    .map(|v| vec![v])
             } else {
                 let mut pipe = redis::pipe();
                 if asking {
@@ -161,18 +195,32 @@ mod cluster {
                 for cmd in cmds {
                     pipe.add_command(cmd.clone());
                 }
-                conn.route_pipeline(pipe, usize::from(asking), cmds.len(), route.clone()).await
+                conn.route_pipeline(pipe, usize::from(asking), cmds.len(), route.clone())
+                    .await
             };
             // MOVED and ASK: the node did not run the call. Go where it says.
-            let Some((kind, host, port)) = redirect_of(&result) else { return (result, route) };
+            let Some((kind, host, port)) = redirect_of(&result) else {
+                return (result, route);
+            };
             asking = kind == ServerErrorKind::Ask;
             route = SingleNodeRoutingInfo::ByAddress { host, port };
         }
-        (Err(RedisError::from((ErrorKind::Server(ServerErrorKind::TryAgain), "redirected more than 3 times"))), route)
+        (
+            Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::TryAgain),
+                "redirected more than 3 times",
+            ))),
+            route,
+        )
     }
 
     impl Transport for ClusterConnection {
-        fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
+        fn send<'a>(
+            &'a self,
+            key: &'a [u8],
+            read: bool,
+            cmds: &'a [Cmd],
+        ) -> impl Future<Output = RedisResult<Vec<Value>>> + Send + 'a {
             let mut conn = self.clone();
             async move { routed(&mut conn, key, read, cmds).await.0 }
         }
@@ -200,9 +248,16 @@ mod cluster {
         fn slot_map(&self) -> impl Future<Output = RedisResult<Option<Vec<SlotRange>>>> + Send + '_ {
             let mut conn = self.clone();
             async move {
-                let slots = conn.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random)).await?;
+                let slots = conn
+                    .route_command(
+                        redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                    )
+                    .await?;
                 let bad = || RedisError::from((ErrorKind::UnexpectedReturnType, "CLUSTER SLOTS: unexpected reply"));
-                let Value::Array(ranges) = slots.extract_error()? else { return Err(bad()) };
+                let Value::Array(ranges) = slots.extract_error()? else {
+                    return Err(bad());
+                };
                 let mut map = Vec::with_capacity(ranges.len());
                 for range in ranges {
                     let Value::Array(parts) = range else { return Err(bad()) };
@@ -210,7 +265,9 @@ mod cluster {
                         Value::Int(n) => u16::try_from(*n).ok(),
                         _ => None,
                     };
-                    let (Some(start), Some(end), Some(Value::Array(primary))) = (parts.first().and_then(int), parts.get(1).and_then(int), parts.get(2)) else {
+                    let (Some(start), Some(end), Some(Value::Array(primary))) =
+                        (parts.first().and_then(int), parts.get(1).and_then(int), parts.get(2))
+                    else {
                         return Err(bad());
                     };
                     let host = match primary.first() {
@@ -219,7 +276,11 @@ mod cluster {
                         _ => return Err(bad()),
                     };
                     let port = primary.get(1).and_then(int).ok_or_else(bad)?;
-                    map.push(SlotRange { start, end, node: format!("{host}:{port}") });
+                    map.push(SlotRange {
+                        start,
+                        end,
+                        node: format!("{host}:{port}"),
+                    });
                 }
                 Ok(Some(map))
             }
@@ -232,14 +293,23 @@ pub(crate) fn key_slot(key: &[u8]) -> u16 {
     let tagged = key
         .iter()
         .position(|&b| b == b'{')
-        .and_then(|open| key[open + 1..].iter().position(|&b| b == b'}').map(|len| &key[open + 1..open + 1 + len]))
+        .and_then(|open| {
+            key[open + 1..]
+                .iter()
+                .position(|&b| b == b'}')
+                .map(|len| &key[open + 1..open + 1 + len])
+        })
         .filter(|tag| !tag.is_empty())
         .unwrap_or(key);
     let mut crc: u16 = 0;
     for &byte in tagged {
         crc ^= u16::from(byte) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
         }
     }
     crc % 16384

@@ -24,11 +24,18 @@ fn minute(key: &str, limit: u64) -> Request {
 }
 
 async fn connect(cluster: &Cluster, replicas: bool) -> ClusterConnection {
-    cluster_client(cluster.seeds(), replicas).build().unwrap().get_async_connection().await.unwrap()
+    cluster_client(cluster.seeds(), replicas)
+        .build()
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap()
 }
 
 fn moved(cluster: &Cluster) -> u64 {
-    cluster.sum(&cluster.nodes.iter().collect::<Vec<_>>(), |n| n.errors("MOVED") + n.errors("ASK"))
+    cluster.sum(&cluster.nodes.iter().collect::<Vec<_>>(), |n| {
+        n.errors("MOVED") + n.errors("ASK")
+    })
 }
 
 #[tokio::test]
@@ -36,7 +43,9 @@ async fn calls_reach_the_key_node_directly_and_peeks_the_replicas() {
     let cluster = Cluster::start(1, &[]);
     let primaries = cluster.primaries();
     let replicas = cluster.replicas();
-    let limiter = Limiter::builder(connect(&cluster, true).await).read_from_replicas(true).build();
+    let limiter = Limiter::builder(connect(&cluster, true).await)
+        .read_from_replicas(true)
+        .build();
     cluster.reset_stats();
     let mut admitted = 0;
     for round in 0..4 {
@@ -51,15 +60,25 @@ async fn calls_reach_the_key_node_directly_and_peeks_the_replicas() {
     assert_eq!(moved(&cluster), 0, "no call was redirected");
     assert_eq!(cluster.sum(&primaries, |n| n.calls("xcloak.allow")), 4 * KEYS as u64);
     let per_primary: Vec<u64> = primaries.iter().map(|p| p.calls("xcloak.allow")).collect();
-    assert!(per_primary.iter().all(|&n| n > 0), "every primary served some keys: {per_primary:?}");
+    assert!(
+        per_primary.iter().all(|&n| n > 0),
+        "every primary served some keys: {per_primary:?}"
+    );
 
     cluster.wait_replicated();
     cluster.reset_stats();
     for k in 0..KEYS {
         let d = limiter.peek(&minute(&format!("rl:{k}"), 3)).await.unwrap();
-        assert!(!d.allowed && d.remaining == 0, "the replica holds the full window of rl:{k}");
+        assert!(
+            !d.allowed && d.remaining == 0,
+            "the replica holds the full window of rl:{k}"
+        );
     }
-    assert_eq!(cluster.sum(&replicas, |n| n.calls("xcloak.peek")), KEYS as u64, "every peek on a replica");
+    assert_eq!(
+        cluster.sum(&replicas, |n| n.calls("xcloak.peek")),
+        KEYS as u64,
+        "every peek on a replica"
+    );
     assert_eq!(cluster.sum(&primaries, |n| n.calls("xcloak.peek")), 0);
     assert_eq!(moved(&cluster), 0);
 
@@ -69,21 +88,39 @@ async fn calls_reach_the_key_node_directly_and_peeks_the_replicas() {
     for k in 0..10 {
         on_primaries.peek(&minute(&format!("rl:{k}"), 3)).await.unwrap();
     }
-    assert_eq!((cluster.sum(&primaries, |n| n.calls("xcloak.peek")), moved(&cluster)), (10, 0));
-    println!("{} admitted of {}, 0 MOVED, per primary {per_primary:?}; {KEYS} peeks on replicas", 3 * KEYS, 4 * KEYS);
+    assert_eq!(
+        (cluster.sum(&primaries, |n| n.calls("xcloak.peek")), moved(&cluster)),
+        (10, 0)
+    );
+    println!(
+        "{} admitted of {}, 0 MOVED, per primary {per_primary:?}; {KEYS} peeks on replicas",
+        3 * KEYS,
+        4 * KEYS
+    );
 
     // Durable mode: WAIT after each admission, on the key's primary, and
     // none after a rejection.
-    let durable = Limiter::builder(connect(&cluster, false).await).durable(1, Duration::from_secs(2)).build();
+    let durable = Limiter::builder(connect(&cluster, false).await)
+        .durable(1, Duration::from_secs(2))
+        .build();
     cluster.reset_stats();
     for round in 0..2 {
         for k in 0..30 {
             let d = durable.allow(&minute(&format!("dur:{k}"), 1)).await.unwrap();
-            assert_eq!((d.allowed, d.via, d.stamp), (round == 0, Via::Command, None), "round {round} key {k}");
+            assert_eq!(
+                (d.allowed, d.via, d.stamp),
+                (round == 0, Via::Command, None),
+                "round {round} key {k}"
+            );
         }
     }
     for primary in &primaries {
-        assert_eq!(primary.calls("wait"), primary.calls("xcloak.allow") / 2, "node {}: one WAIT per admission, none per rejection", primary.port);
+        assert_eq!(
+            primary.calls("wait"),
+            primary.calls("xcloak.allow") / 2,
+            "node {}: one WAIT per admission, none per rejection",
+            primary.port
+        );
     }
     assert_eq!(cluster.sum(&primaries, |n| n.calls("wait")), 30);
     assert_eq!(cluster.sum(&replicas, |n| n.calls("wait")), 0);
@@ -95,14 +132,22 @@ async fn calls_reach_the_key_node_directly_and_peeks_the_replicas() {
     assert_eq!((d.allowed, d.via), (true, Via::Command), "{d:?}");
     let node = |port: u16| cluster.nodes.iter().find(|n| n.port == port).unwrap();
     assert_eq!((node(from).errors("MOVED"), node(from).calls("wait")), (1, 0));
-    assert_eq!((node(to).calls("xcloak.allow"), node(to).calls("wait")), (1, 1), "WAIT on the node that admitted it");
+    assert_eq!(
+        (node(to).calls("xcloak.allow"), node(to).calls("wait")),
+        (1, 1),
+        "WAIT on the node that admitted it"
+    );
     // After an ASK too, where the map still names the old owner.
     let (from, to) = move_slot(&cluster, "dur:asked", true);
     cluster.reset_stats();
     let d = durable.allow(&minute("dur:asked", 3)).await.unwrap();
     assert_eq!((d.allowed, d.via), (true, Via::Command), "{d:?}");
     assert_eq!((node(from).errors("ASK"), node(from).calls("wait")), (1, 0));
-    assert_eq!((node(to).entries_asking("dur:asked"), node(to).calls("wait")), (1, 1), "WAIT on the importing node that admitted it");
+    assert_eq!(
+        (node(to).entries_asking("dur:asked"), node(to).calls("wait")),
+        (1, 1),
+        "WAIT on the importing node that admitted it"
+    );
 }
 
 #[tokio::test]
@@ -125,13 +170,27 @@ async fn the_fallback_is_chosen_per_node() {
     }
     let bare_keys = via[&bare.port].len() as u64;
     // One unknown command, one NOSCRIPT, then the script alone.
-    assert_eq!((bare.errors("ERR"), bare.errors("NOSCRIPT")), (1, 1), "the bare node was probed once");
+    assert_eq!(
+        (bare.errors("ERR"), bare.errors("NOSCRIPT")),
+        (1, 1),
+        "the bare node was probed once"
+    );
     assert_eq!(bare.calls("evalsha") + bare.calls("eval"), bare_keys + 1);
     let others: Vec<&Server> = cluster.nodes.iter().filter(|n| n.module).collect();
-    assert_eq!(cluster.sum(&others, |n| n.calls("xcloak.allow")), KEYS as u64 - bare_keys);
-    assert_eq!(cluster.sum(&others, |n| n.calls("evalsha") + n.calls("eval")), 0, "the nodes with the module never ran the script");
+    assert_eq!(
+        cluster.sum(&others, |n| n.calls("xcloak.allow")),
+        KEYS as u64 - bare_keys
+    );
+    assert_eq!(
+        cluster.sum(&others, |n| n.calls("evalsha") + n.calls("eval")),
+        0,
+        "the nodes with the module never ran the script"
+    );
     assert_eq!(moved(&cluster), 0);
-    println!("per node: {:?}", via.iter().map(|(p, v)| (p, v.len(), v[0])).collect::<Vec<_>>());
+    println!(
+        "per node: {:?}",
+        via.iter().map(|(p, v)| (p, v.len(), v[0])).collect::<Vec<_>>()
+    );
 }
 
 /// Moves the (empty) slot of `key` from its owner to another primary, as a
@@ -139,11 +198,20 @@ async fn the_fallback_is_chosen_per_node() {
 fn move_slot(cluster: &Cluster, key: &str, halfway: bool) -> (u16, u16) {
     let from = cluster.owner(key);
     let to = cluster.primaries().into_iter().find(|p| p.port != from.port).unwrap();
-    let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut from.conn()).unwrap();
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut from.conn())
+        .unwrap();
     let id = |n: &Server| -> String { redis::cmd("CLUSTER").arg("MYID").query(&mut n.conn()).unwrap() };
     let (from_id, to_id) = (id(from), id(to));
     let setslot = |n: &Server, args: &[&str]| {
-        let _: () = redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg(args).query(&mut n.conn()).unwrap();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(args)
+            .query(&mut n.conn())
+            .unwrap();
     };
     setslot(to, &["IMPORTING", &from_id]);
     setslot(from, &["MIGRATING", &to_id]);
@@ -166,7 +234,14 @@ async fn a_moved_or_asked_call_is_followed_once() {
     let d = limiter.allow(&minute("mv", 100)).await.unwrap();
     assert_eq!((d.allowed, d.via), (true, Via::Command));
     let node = |port: u16| cluster.nodes.iter().find(|n| n.port == port).unwrap();
-    assert_eq!((node(from).errors("MOVED"), node(to).calls("xcloak.allow"), node(to).entries("mv")), (1, 1, 1));
+    assert_eq!(
+        (
+            node(from).errors("MOVED"),
+            node(to).calls("xcloak.allow"),
+            node(to).entries("mv")
+        ),
+        (1, 1, 1)
+    );
     // The client refreshed its map: the next calls go straight there.
     let mut straight = false;
     for _ in 0..50 {
@@ -184,7 +259,11 @@ async fn a_moved_or_asked_call_is_followed_once() {
     cluster.reset_stats();
     let d = limiter.allow(&minute("ask", 3)).await.unwrap();
     assert!(d.allowed);
-    assert_eq!((node(from).errors("ASK"), node(to).entries_asking("ask")), (1, 1), "ASKING then the call, on the importing node");
+    assert_eq!(
+        (node(from).errors("ASK"), node(to).entries_asking("ask")),
+        (1, 1),
+        "ASKING then the call, on the importing node"
+    );
 }
 
 #[tokio::test]
@@ -192,7 +271,9 @@ async fn a_paused_primary_runs_a_timed_out_allow_once() {
     let cluster = Cluster::start(0, &[]);
     let key = "paused";
     let owner = cluster.owner(key);
-    let limiter = Limiter::builder(connect(&cluster, false).await).timeout(Duration::from_millis(800)).build();
+    let limiter = Limiter::builder(connect(&cluster, false).await)
+        .timeout(Duration::from_millis(800))
+        .build();
     limiter.allow(&minute(key, 100)).await.unwrap();
     owner.pause();
     let error = limiter.allow(&minute(key, 100)).await.unwrap_err();
@@ -203,19 +284,40 @@ async fn a_paused_primary_runs_a_timed_out_allow_once() {
 
     // allow_all with an outage at request 1: request 0 (another primary) is
     // refunded, then the policy answers once for the whole call.
-    let other = (0..).map(|i| format!("other:{i}")).find(|k| cluster.owner(k).port != owner.port).unwrap();
+    let other = (0..)
+        .map(|i| format!("other:{i}"))
+        .find(|k| cluster.owner(k).port != owner.port)
+        .unwrap();
     let other_owner = cluster.owner(&other);
-    let requests = [minute(&other, 100), minute(key, 100).tier(Duration::from_secs(3600), 1000)];
+    let requests = [
+        minute(&other, 100),
+        minute(key, 100).tier(Duration::from_secs(3600), 1000),
+    ];
     owner.pause();
     let error = limiter.allow_all(&requests).await.unwrap_err();
     assert!(error.is_unavailable(), "raise: {error:?}");
     for (policy, allowed) in [(Policy::Allow, true), (Policy::Deny, false)] {
         let m = limiter.with_policy(policy).allow_all(&requests).await.unwrap();
-        assert_eq!((m.allowed, m.rejected, m.binding, m.decisions.len()), (allowed, (!allowed).then_some(1), 1, 2), "{policy:?}");
-        assert_eq!((m.decisions[0].allowed, m.decisions[0].via, m.decisions[0].remaining), (true, Via::Command, 99), "{policy:?}: request 0's own admission");
+        assert_eq!(
+            (m.allowed, m.rejected, m.binding, m.decisions.len()),
+            (allowed, (!allowed).then_some(1), 1, 2),
+            "{policy:?}"
+        );
+        assert_eq!(
+            (m.decisions[0].allowed, m.decisions[0].via, m.decisions[0].remaining),
+            (true, Via::Command, 99),
+            "{policy:?}: request 0's own admission"
+        );
         let last = &m.decisions[1];
-        assert_eq!((last.allowed, last.via, last.limit, last.window, last.tiers.len()), (allowed, Via::Error, 100, Duration::from_secs(600), 0), "{policy:?}: request 1's tier 0");
-        assert!(m.headers(xcloak_client::Style::Both).is_empty(), "{policy:?}: the binding decision is the policy's, no headers");
+        assert_eq!(
+            (last.allowed, last.via, last.limit, last.window, last.tiers.len()),
+            (allowed, Via::Error, 100, Duration::from_secs(600), 0),
+            "{policy:?}: request 1's tier 0"
+        );
+        assert!(
+            m.headers(xcloak_client::Style::Both).is_empty(),
+            "{policy:?}: the binding decision is the policy's, no headers"
+        );
     }
     assert_eq!(other_owner.entries(&other), 0, "request 0 refunded each time");
     owner.resume();
@@ -233,8 +335,16 @@ async fn a_lost_reply_runs_once_with_retries_0_and_twice_with_the_default_retrie
     let key = "lost";
     let owner = cluster.owner(key);
     let proxy = support::Proxy::start(owner.port).await;
-    let map = std::collections::HashMap::from([(NodeAddress::new("127.0.0.1", owner.port), NodeAddress::new("127.0.0.1", proxy.port))]);
-    let seeds: Vec<_> = cluster.nodes.iter().filter(|n| n.port != owner.port).map(Server::info_of).collect();
+    let map = std::collections::HashMap::from([(
+        NodeAddress::new("127.0.0.1", owner.port),
+        NodeAddress::new("127.0.0.1", proxy.port),
+    )]);
+    let seeds: Vec<_> = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.port != owner.port)
+        .map(Server::info_of)
+        .collect();
     let mut ran = Vec::new();
     for retries in [Some(0), None] {
         let mut builder = ClusterClientBuilder::new(seeds.clone()).node_address_map(map.clone());
@@ -248,9 +358,15 @@ async fn a_lost_reply_runs_once_with_retries_0_and_twice_with_the_default_retrie
         let result = limiter.allow(&minute(key, 100)).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let count = owner.calls("xcloak.allow") - before;
-        println!("retries {retries:?}: {:?}; the ALLOW ran {count} time(s)", result.as_ref().map(|d| d.allowed));
+        println!(
+            "retries {retries:?}: {:?}; the ALLOW ran {count} time(s)",
+            result.as_ref().map(|d| d.allowed)
+        );
         if retries == Some(0) {
-            assert!(matches!(&result, Err(e) if e.is_unavailable()), "the lost reply goes to the policy: {result:?}");
+            assert!(
+                matches!(&result, Err(e) if e.is_unavailable()),
+                "the lost reply goes to the policy: {result:?}"
+            );
         }
         ran.push(count);
     }

@@ -21,7 +21,12 @@ struct Recording {
 }
 
 impl Transport for Recording {
-    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl std::future::Future<Output = redis::RedisResult<Vec<Value>>> + Send + 'a {
+    fn send<'a>(
+        &'a self,
+        key: &'a [u8],
+        read: bool,
+        cmds: &'a [Cmd],
+    ) -> impl std::future::Future<Output = redis::RedisResult<Vec<Value>>> + Send + 'a {
         for cmd in cmds {
             let name = cmd.args_iter().next().map(|a| match a {
                 redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
@@ -35,7 +40,10 @@ impl Transport for Recording {
 
 impl Recording {
     async fn new(server: &Server) -> Recording {
-        Recording { conn: server.client().get_multiplexed_async_connection().await.unwrap(), log: Arc::default() }
+        Recording {
+            conn: server.client().get_multiplexed_async_connection().await.unwrap(),
+            log: Arc::default(),
+        }
     }
     fn take(&self) -> Vec<String> {
         std::mem::take(&mut *self.log.lock().unwrap())
@@ -68,19 +76,33 @@ async fn an_unknown_command_moves_the_server_to_the_script_once_and_applies_noth
     // A SCRIPT FLUSH (or a restart) costs one EVAL, not an error.
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut server.conn()).unwrap();
     limiter.peek(&minute("k", 3)).await.unwrap();
-    let read_only = if support::server_version() >= (7, 0) { ["EVALSHA_RO", "EVAL_RO"] } else { ["EVALSHA", "EVAL"] };
+    let read_only = if support::server_version() >= (7, 0) {
+        ["EVALSHA_RO", "EVAL_RO"]
+    } else {
+        ["EVALSHA", "EVAL"]
+    };
     assert_eq!(transport.take(), read_only);
     assert_eq!(limiter.refund("k", refused.stamp.unwrap_or(0), 1).await.unwrap(), 0);
-    assert_eq!(transport.take(), ["EVALSHA", "EVAL"], "the refund script, not cached yet");
+    assert_eq!(
+        transport.take(),
+        ["EVALSHA", "EVAL"],
+        "the refund script, not cached yet"
+    );
 }
 
 #[tokio::test]
 async fn a_module_loaded_later_is_picked_up_after_the_probe_interval() {
     let server = Server::without_module();
     let transport = Recording::new(&server).await;
-    let limiter = Limiter::builder(transport.clone()).probe_interval(Duration::from_millis(400)).build();
+    let limiter = Limiter::builder(transport.clone())
+        .probe_interval(Duration::from_millis(400))
+        .build();
     assert_eq!(limiter.allow(&minute("p", 10)).await.unwrap().via, Via::Script);
-    let _: () = redis::cmd("MODULE").arg("LOAD").arg(support::module_path().display().to_string()).query(&mut server.conn()).unwrap();
+    let _: () = redis::cmd("MODULE")
+        .arg("LOAD")
+        .arg(support::module_path().display().to_string())
+        .query(&mut server.conn())
+        .unwrap();
     transport.take();
     // Within the interval the script still answers, on the same window.
     let d = limiter.allow(&minute("p", 10)).await.unwrap();
@@ -88,7 +110,11 @@ async fn a_module_loaded_later_is_picked_up_after_the_probe_interval() {
     assert_eq!(transport.take(), ["EVALSHA"]);
     tokio::time::sleep(Duration::from_millis(450)).await;
     let d = limiter.allow(&minute("p", 10)).await.unwrap();
-    assert_eq!((d.via, d.remaining), (Via::Command, 7), "the probe found the module, on the script's window");
+    assert_eq!(
+        (d.via, d.remaining),
+        (Via::Command, 7),
+        "the probe found the module, on the script's window"
+    );
     assert_eq!(transport.take(), ["XCLOAK.ALLOW"]);
     let d = limiter.allow(&minute("p", 10)).await.unwrap();
     assert_eq!(d.via, Via::Command);
@@ -100,7 +126,9 @@ async fn a_module_loaded_later_is_picked_up_after_the_probe_interval() {
 async fn a_probe_that_finds_no_module_costs_one_round_trip_per_interval() {
     let server = Server::without_module();
     let transport = Recording::new(&server).await;
-    let limiter = Limiter::builder(transport.clone()).probe_interval(Duration::from_millis(200)).build();
+    let limiter = Limiter::builder(transport.clone())
+        .probe_interval(Duration::from_millis(200))
+        .build();
     limiter.allow(&minute("q", 10)).await.unwrap();
     transport.take();
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -114,9 +142,15 @@ async fn a_probe_that_finds_no_module_costs_one_round_trip_per_interval() {
 #[tokio::test]
 async fn never_raises_the_unknown_command_and_always_skips_it() {
     let server = Server::without_module();
-    let never = Limiter::builder(server.client().get_multiplexed_async_connection().await.unwrap()).fallback(Fallback::Never).policy(Policy::Allow).build();
+    let never = Limiter::builder(server.client().get_multiplexed_async_connection().await.unwrap())
+        .fallback(Fallback::Never)
+        .policy(Policy::Allow)
+        .build();
     let error = never.allow(&minute("n", 3)).await.unwrap_err();
-    assert!(matches!(&error, Error::Server { code, message } if code == "ERR" && message.starts_with("ERR unknown command 'XCLOAK.ALLOW'")), "{error:?}");
+    assert!(
+        matches!(&error, Error::Server { code, message } if code == "ERR" && message.starts_with("ERR unknown command 'XCLOAK.ALLOW'")),
+        "{error:?}"
+    );
     let transport = Recording::new(&server).await;
     let always = Limiter::builder(transport.clone()).fallback(Fallback::Always).build();
     assert_eq!(always.allow(&minute("n", 3)).await.unwrap().via, Via::Script);
@@ -124,7 +158,11 @@ async fn never_raises_the_unknown_command_and_always_skips_it() {
     let with_module = Server::start();
     let transport = Recording::new(&with_module).await;
     let always = Limiter::builder(transport.clone()).fallback(Fallback::Always).build();
-    assert_eq!(always.allow(&minute("n", 3)).await.unwrap().via, Via::Script, "Always uses the script even where the module is");
+    assert_eq!(
+        always.allow(&minute("n", 3)).await.unwrap().via,
+        Via::Script,
+        "Always uses the script even where the module is"
+    );
     assert_eq!(with_module.calls("xcloak.allow"), 0);
 }
 
@@ -132,11 +170,28 @@ async fn never_raises_the_unknown_command_and_always_skips_it() {
 async fn the_script_refuses_a_compact_window_and_the_policy_never_swallows_it() {
     let server = Server::start_with(true, &["STORAGE", "compact"]);
     let mut conn = server.conn();
-    let _: i64 = redis::cmd("XCLOAK.ALLOW").arg("c").arg(60000).arg(3).query(&mut conn).unwrap();
-    assert_eq!(redis::cmd("TYPE").arg("c").query::<String>(&mut conn).unwrap(), "xcloaklog");
-    let script = Limiter::builder(server.client().get_multiplexed_async_connection().await.unwrap()).fallback(Fallback::Always).policy(Policy::Allow).build();
+    let _: i64 = redis::cmd("XCLOAK.ALLOW")
+        .arg("c")
+        .arg(60000)
+        .arg(3)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(
+        redis::cmd("TYPE").arg("c").query::<String>(&mut conn).unwrap(),
+        "xcloaklog"
+    );
+    let script = Limiter::builder(server.client().get_multiplexed_async_connection().await.unwrap())
+        .fallback(Fallback::Always)
+        .policy(Policy::Allow)
+        .build();
     let error = script.allow(&minute("c", 3)).await.unwrap_err();
-    assert_eq!(error, Error::Server { code: "WRONGTYPE".into(), message: "WRONGTYPE Operation against a key holding the wrong kind of value".into() });
+    assert_eq!(
+        error,
+        Error::Server {
+            code: "WRONGTYPE".into(),
+            message: "WRONGTYPE Operation against a key holding the wrong kind of value".into()
+        }
+    );
     // The module reads it.
     let command = Limiter::new(server.client().get_multiplexed_async_connection().await.unwrap());
     assert_eq!(command.allow(&minute("c", 3)).await.unwrap().remaining, 1);
@@ -145,10 +200,16 @@ async fn the_script_refuses_a_compact_window_and_the_policy_never_swallows_it() 
 #[test]
 fn the_blocking_limiter_falls_back_and_probes_the_same_way() {
     let server = Server::without_module();
-    let limiter = xcloak_client::blocking::Limiter::builder(server.client()).probe_interval(Duration::from_millis(300)).build_blocking();
+    let limiter = xcloak_client::blocking::Limiter::builder(server.client())
+        .probe_interval(Duration::from_millis(300))
+        .build_blocking();
     assert_eq!(limiter.allow(&minute("b", 5)).unwrap().via, Via::Script);
     assert_eq!(limiter.allow(&minute("b", 5)).unwrap().via, Via::Script);
-    let _: () = redis::cmd("MODULE").arg("LOAD").arg(support::module_path().display().to_string()).query(&mut server.conn()).unwrap();
+    let _: () = redis::cmd("MODULE")
+        .arg("LOAD")
+        .arg(support::module_path().display().to_string())
+        .query(&mut server.conn())
+        .unwrap();
     std::thread::sleep(Duration::from_millis(350));
     let d = limiter.allow(&minute("b", 5)).unwrap();
     assert_eq!((d.via, d.remaining), (Via::Command, 2));

@@ -26,7 +26,13 @@ fn minute(key: &str, limit: u64) -> Request {
 }
 
 fn is_timeout(error: &Error) -> bool {
-    matches!(error, Error::Unavailable(Unavailable { cause: Cause::Timeout, .. }))
+    matches!(
+        error,
+        Error::Unavailable(Unavailable {
+            cause: Cause::Timeout,
+            ..
+        })
+    )
 }
 
 /// Pauses `server`, sends one ALLOW and one REFUND through `limiter` (each
@@ -46,7 +52,11 @@ async fn paused_calls_run_once<T: Transport>(server: &Server, limiter: &Limiter<
     // Time for anything queued or retried to arrive and run.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let after = (server.calls("xcloak.allow"), server.calls("xcloak.refund"));
-    assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1), "{what}: each timed-out call ran once (waited {waited:?})");
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 1),
+        "{what}: each timed-out call ran once (waited {waited:?})"
+    );
     // Each call was answered by the policy within about the timeout, not by a hang.
     assert!(waited < Duration::from_secs(5), "{what}: {waited:?}");
     // And the limiter goes on (the connection, or a new one).
@@ -84,16 +94,27 @@ async fn a_timed_out_call_is_never_sent_again_connection_manager() {
     // Its response timeout first (100 ms, under the limiter's 1 s): the manager
     // reports the timeout, reconnects in the background, and still sends nothing again.
     let server = Server::start();
-    let config = ConnectionManagerConfig::new().set_response_timeout(Some(Duration::from_millis(100))).set_number_of_retries(10);
-    let manager = ConnectionManager::new_with_config(server.client(), config).await.unwrap();
+    let config = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(Duration::from_millis(100)))
+        .set_number_of_retries(10);
+    let manager = ConnectionManager::new_with_config(server.client(), config)
+        .await
+        .unwrap();
     let limiter = Limiter::new(manager);
-    paused_calls_run_once(&server, &limiter, "ConnectionManager (100 ms response timeout, 10 reconnect retries)").await;
+    paused_calls_run_once(
+        &server,
+        &limiter,
+        "ConnectionManager (100 ms response timeout, 10 reconnect retries)",
+    )
+    .await;
 }
 
 #[test]
 fn a_timed_out_call_is_never_sent_again_blocking() {
     let server = Server::start();
-    let limiter = blocking::Limiter::builder(server.client()).timeout(Duration::from_millis(300)).build_blocking();
+    let limiter = blocking::Limiter::builder(server.client())
+        .timeout(Duration::from_millis(300))
+        .build_blocking();
     let stamp = limiter.allow(&minute("once", 100).stamp()).unwrap().stamp.unwrap();
     server.pause();
     assert!(is_timeout(&limiter.allow(&minute("once", 100)).unwrap_err()));
@@ -106,7 +127,11 @@ fn a_timed_out_call_is_never_sent_again_blocking() {
     assert_eq!((server.calls("xcloak.allow"), server.calls("xcloak.refund")), (2, 1));
     // The timed-out connections were dropped: the next call is answered in step.
     let d = limiter.allow(&minute("fresh", 100)).unwrap();
-    assert_eq!((d.allowed, d.remaining), (true, 99), "a fresh connection, not a late reply of `once`");
+    assert_eq!(
+        (d.allowed, d.remaining),
+        (true, 99),
+        "a fresh connection, not a late reply of `once`"
+    );
 }
 
 #[tokio::test]
@@ -122,17 +147,48 @@ async fn a_paused_server_goes_to_the_policy() {
     assert!(is_timeout(&error), "{error:?}");
     for (limiter, allowed) in [(&open, true), (&closed, false)] {
         let d = limiter.allow(&request).await.unwrap();
-        assert_eq!((d.allowed, d.via, d.limit, d.window, d.remaining, d.tier), (allowed, Via::Error, 5, Duration::from_secs(60), 0, 0));
+        assert_eq!(
+            (d.allowed, d.via, d.limit, d.window, d.remaining, d.tier),
+            (allowed, Via::Error, 5, Duration::from_secs(60), 0, 0)
+        );
         assert!(d.tiers.is_empty() && d.stamp.is_none());
-        assert!(matches!(&d.error, Some(Unavailable { cause: Cause::Timeout, .. })), "{:?}", d.error);
+        assert!(
+            matches!(
+                &d.error,
+                Some(Unavailable {
+                    cause: Cause::Timeout,
+                    ..
+                })
+            ),
+            "{:?}",
+            d.error
+        );
         assert!(d.headers(Style::Both).is_empty(), "a policy decision has no headers");
         let peek = limiter.peek(&request).await.unwrap();
         assert_eq!((peek.allowed, peek.via), (allowed, Via::Error));
         // A refund and a reset have no Decision to fail open or closed: raised.
         let refund = limiter.refund("p", 1, 1).await.unwrap_err();
-        assert!(matches!(&refund, Error::Unavailable(Unavailable { cause: Cause::Timeout, .. })), "{refund:?}");
+        assert!(
+            matches!(
+                &refund,
+                Error::Unavailable(Unavailable {
+                    cause: Cause::Timeout,
+                    ..
+                })
+            ),
+            "{refund:?}"
+        );
         let reset = limiter.reset("p").await.unwrap_err();
-        assert!(matches!(&reset, Error::Unavailable(Unavailable { cause: Cause::Timeout, .. })), "{reset:?}");
+        assert!(
+            matches!(
+                &reset,
+                Error::Unavailable(Unavailable {
+                    cause: Cause::Timeout,
+                    ..
+                })
+            ),
+            "{reset:?}"
+        );
     }
     server.resume();
 }
@@ -160,7 +216,11 @@ async fn a_stopped_server_goes_to_the_policy_and_a_restart_is_picked_up() {
     })
     .await
     .expect("the manager reconnects");
-    assert_eq!((back.via, back.remaining), (Via::Command, 4), "a fresh server: its first admission");
+    assert_eq!(
+        (back.via, back.remaining),
+        (Via::Command, 4),
+        "a fresh server: its first admission"
+    );
 }
 
 #[tokio::test]
@@ -170,27 +230,65 @@ async fn a_bad_argument_is_raised_under_every_policy() {
     for policy in [Policy::Raise, Policy::Allow, Policy::Deny] {
         let limiter = Limiter::builder(conn.clone()).policy(policy).build();
         let error = limiter.allow(&minute("bad", 1_000_001)).await.unwrap_err();
-        assert_eq!(error, Error::Server { code: "ERR".into(), message: "ERR limit must be an integer from 0 to 1000000".into() }, "{policy:?}");
+        assert_eq!(
+            error,
+            Error::Server {
+                code: "ERR".into(),
+                message: "ERR limit must be an integer from 0 to 1000000".into()
+            },
+            "{policy:?}"
+        );
         let error = limiter.peek(&minute("bad", 3).cost(0)).await.unwrap_err();
-        assert_eq!(error.to_string(), "ERR COST must be an integer from 1 to 1000000", "{policy:?}");
+        assert_eq!(
+            error.to_string(),
+            "ERR COST must be an integer from 1 to 1000000",
+            "{policy:?}"
+        );
         // Refused before anything is sent: a window of a fraction of a millisecond.
-        let error = limiter.allow(&Request::new("bad", Duration::from_micros(2500), 3)).await.unwrap_err();
-        assert!(matches!(&error, Error::Argument { name, .. } if name == "window"), "{error:?}");
+        let error = limiter
+            .allow(&Request::new("bad", Duration::from_micros(2500), 3))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, Error::Argument { name, .. } if name == "window"),
+            "{error:?}"
+        );
     }
-    let blocking = blocking::Limiter::builder(server.client()).policy(Policy::Allow).build_blocking();
-    assert!(matches!(blocking.allow(&minute("bad", 1_000_001)), Err(Error::Server { .. })));
-    assert_eq!(server.calls("xcloak.allow"), 4, "the window errors were sent; the fractional one was not");
+    let blocking = blocking::Limiter::builder(server.client())
+        .policy(Policy::Allow)
+        .build_blocking();
+    assert!(matches!(
+        blocking.allow(&minute("bad", 1_000_001)),
+        Err(Error::Server { .. })
+    ));
+    assert_eq!(
+        server.calls("xcloak.allow"),
+        4,
+        "the window errors were sent; the fractional one was not"
+    );
 }
 
 #[tokio::test]
 async fn a_server_at_maxmemory_is_an_outage_not_a_refusal() {
     let server = Server::start();
     let conn = server.client().get_multiplexed_async_connection().await.unwrap();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1").query(&mut server.conn()).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query(&mut server.conn())
+        .unwrap();
     let limiter = Limiter::new(conn);
     let error = limiter.allow(&minute("oom", 3)).await.unwrap_err();
-    assert!(matches!(&error, Error::Unavailable(Unavailable { cause: Cause::Server { code }, .. }) if code == "OOM"), "{error:?}");
-    let d = limiter.with_policy(Policy::Allow).allow(&minute("oom", 3)).await.unwrap();
+    assert!(
+        matches!(&error, Error::Unavailable(Unavailable { cause: Cause::Server { code }, .. }) if code == "OOM"),
+        "{error:?}"
+    );
+    let d = limiter
+        .with_policy(Policy::Allow)
+        .allow(&minute("oom", 3))
+        .await
+        .unwrap();
     assert_eq!((d.allowed, d.via), (true, Via::Error));
     // A peek writes nothing and is still answered.
     assert!(limiter.peek(&minute("oom", 3)).await.unwrap().allowed);
@@ -204,8 +302,24 @@ struct Sends {
 }
 
 impl Transport for Sends {
-    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl std::future::Future<Output = redis::RedisResult<Vec<redis::Value>>> + Send + 'a {
-        let text = |cmd: &Cmd| cmd.args_iter().map(|a| if let redis::Arg::Simple(b) = a { String::from_utf8_lossy(b).into_owned() } else { String::new() }).collect::<Vec<_>>().join(" ");
+    fn send<'a>(
+        &'a self,
+        key: &'a [u8],
+        read: bool,
+        cmds: &'a [Cmd],
+    ) -> impl std::future::Future<Output = redis::RedisResult<Vec<redis::Value>>> + Send + 'a {
+        let text = |cmd: &Cmd| {
+            cmd.args_iter()
+                .map(|a| {
+                    if let redis::Arg::Simple(b) = a {
+                        String::from_utf8_lossy(b).into_owned()
+                    } else {
+                        String::new()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         self.log.lock().unwrap().push(cmds.iter().map(text).collect());
         self.conn.send(key, read, cmds)
     }
@@ -218,40 +332,85 @@ impl Sends {
 }
 
 fn sends(lines: &[&[&str]]) -> Vec<Vec<String>> {
-    lines.iter().map(|send| send.iter().map(|c| c.to_string()).collect()).collect()
+    lines
+        .iter()
+        .map(|send| send.iter().map(|c| c.to_string()).collect())
+        .collect()
 }
 
 #[tokio::test]
 async fn durable_mode_waits_after_an_admission_only_and_a_deny_refunds_what_it_did_not_get() {
     let pair = Replicated::start();
     let conn = pair.primary.client().get_multiplexed_async_connection().await.unwrap();
-    let recorded = Sends { conn, log: Arc::default() };
-    let durable = Limiter::builder(recorded.clone()).durable(1, Duration::from_millis(300)).timeout(Duration::from_secs(1)).build();
+    let recorded = Sends {
+        conn,
+        log: Arc::default(),
+    };
+    let durable = Limiter::builder(recorded.clone())
+        .durable(1, Duration::from_millis(300))
+        .timeout(Duration::from_secs(1))
+        .build();
     // An admission carries STAMP, shown only if asked; WAIT follows its reply, in a send of its own.
     let d = durable.allow(&minute("d", 3)).await.unwrap();
-    assert_eq!((d.allowed, d.via, d.stamp), (true, Via::Command, None), "STAMP sent, not shown");
-    assert_eq!(recorded.take(), sends(&[&["XCLOAK.ALLOW d 60000 3 DETAILS STAMP"], &["WAIT 1 300"]]));
+    assert_eq!(
+        (d.allowed, d.via, d.stamp),
+        (true, Via::Command, None),
+        "STAMP sent, not shown"
+    );
+    assert_eq!(
+        recorded.take(),
+        sends(&[&["XCLOAK.ALLOW d 60000 3 DETAILS STAMP"], &["WAIT 1 300"]])
+    );
     assert_eq!(pair.primary.calls("wait"), 1, "WAIT after the admission");
     let asked = durable.allow(&minute("d", 3).stamp()).await.unwrap();
     assert!(asked.allowed && asked.stamp.is_some(), "asked, it is shown: {asked:?}");
     // A refund's reply is followed by WAIT too.
     assert_eq!(durable.refund("d", asked.stamp.unwrap(), 1).await.unwrap(), 1);
-    assert_eq!(recorded.take()[2..], sends(&[&[&format!("XCLOAK.REFUND d {}", asked.stamp.unwrap())], &["WAIT 1 300"]]));
+    assert_eq!(
+        recorded.take()[2..],
+        sends(&[&[&format!("XCLOAK.REFUND d {}", asked.stamp.unwrap())], &["WAIT 1 300"]])
+    );
     assert_eq!(pair.primary.calls("wait"), 3);
 
     // The replica stops acknowledging: an admission goes to the policy.
     pair.replica.pause();
     let error = durable.allow(&minute("d", 3)).await.unwrap_err();
-    assert!(matches!(&error, Error::Unavailable(Unavailable { cause: Cause::NotReplicated { acknowledged: 0, wanted: 1 }, .. })), "{error:?}");
+    assert!(
+        matches!(
+            &error,
+            Error::Unavailable(Unavailable {
+                cause: Cause::NotReplicated {
+                    acknowledged: 0,
+                    wanted: 1
+                },
+                ..
+            })
+        ),
+        "{error:?}"
+    );
     assert_eq!(pair.primary.entries("d"), 2, "under raise the admission stands");
     let open = durable.with_policy(Policy::Allow).allow(&minute("d", 3)).await.unwrap();
     assert_eq!((open.allowed, open.via, open.stamp), (true, Via::Error, None));
-    assert!(matches!(&open.error, Some(Unavailable { cause: Cause::NotReplicated { .. }, .. })), "{:?}", open.error);
+    assert!(
+        matches!(
+            &open.error,
+            Some(Unavailable {
+                cause: Cause::NotReplicated { .. },
+                ..
+            })
+        ),
+        "{:?}",
+        open.error
+    );
     assert_eq!(pair.primary.entries("d"), 3);
     // Deny refunds it by the stamp the caller did not ask for.
     let closed = durable.with_policy(Policy::Deny).allow(&minute("d2", 3)).await.unwrap();
     assert_eq!((closed.allowed, closed.via), (false, Via::Error));
-    assert_eq!(pair.primary.entries("d2"), 0, "deny refunded the admission it turned away");
+    assert_eq!(
+        pair.primary.entries("d2"),
+        0,
+        "deny refunded the admission it turned away"
+    );
     recorded.take();
     // A rejection and a peek wrote nothing: no WAIT, so no wait for the paused replica.
     let waits = pair.primary.calls("wait");
@@ -259,23 +418,43 @@ async fn durable_mode_waits_after_an_admission_only_and_a_deny_refunds_what_it_d
     let rejected = durable.allow(&minute("d", 3)).await.unwrap();
     let peek = durable.peek(&minute("d", 3)).await.unwrap();
     let took = started.elapsed();
-    assert_eq!((rejected.allowed, rejected.via, peek.allowed), (false, Via::Command, false));
+    assert_eq!(
+        (rejected.allowed, rejected.via, peek.allowed),
+        (false, Via::Command, false)
+    );
     assert_eq!(pair.primary.calls("wait"), waits, "a rejection and a peek send no WAIT");
-    assert_eq!(recorded.take(), sends(&[&["XCLOAK.ALLOW d 60000 3 DETAILS STAMP"], &["XCLOAK.PEEK d 60000 3"]]));
+    assert_eq!(
+        recorded.take(),
+        sends(&[&["XCLOAK.ALLOW d 60000 3 DETAILS STAMP"], &["XCLOAK.PEEK d 60000 3"]])
+    );
     println!("durable, replica paused: a rejection and a peek answered in {took:?} (WAIT timeout 300 ms)");
 
     // The blocking limiter: the same, on one connection of its pool.
-    let blocking = blocking::Limiter::builder(pair.primary.client()).durable(1, Duration::from_millis(300)).build_blocking();
+    let blocking = blocking::Limiter::builder(pair.primary.client())
+        .durable(1, Duration::from_millis(300))
+        .build_blocking();
     let waits = pair.primary.calls("wait");
     assert!(!blocking.allow(&minute("d", 3)).unwrap().allowed);
     assert_eq!(pair.primary.calls("wait"), waits, "blocking: a rejection sends no WAIT");
     let closed = blocking.with_policy(Policy::Deny).allow(&minute("b", 3)).unwrap();
-    assert_eq!((closed.allowed, closed.via, pair.primary.entries("b")), (false, Via::Error, 0), "blocking: deny refunded it");
+    assert_eq!(
+        (closed.allowed, closed.via, pair.primary.entries("b")),
+        (false, Via::Error, 0),
+        "blocking: deny refunded it"
+    );
     assert_eq!(pair.primary.calls("wait"), waits + 1);
     pair.replica.resume();
     let d = blocking.allow(&minute("b", 3)).unwrap();
-    assert_eq!((d.allowed, d.via, d.stamp), (true, Via::Command, None), "blocking: replicated");
-    assert!(support::eventually(Duration::from_secs(10), || pair.replica.entries("d") == 3 && pair.replica.entries("b") == 1));
+    assert_eq!(
+        (d.allowed, d.via, d.stamp),
+        (true, Via::Command, None),
+        "blocking: replicated"
+    );
+    assert!(support::eventually(Duration::from_secs(10), || pair
+        .replica
+        .entries("d")
+        == 3
+        && pair.replica.entries("b") == 1));
 }
 
 /// A connection to `server` opened when it is at `maxclients` (its first
@@ -285,14 +464,18 @@ async fn a_server_at_max_clients_is_an_outage_not_a_refusal() {
     let server = Server::start_with(true, &["--maxclients", "4"]);
     let mut held: Vec<redis::Connection> = Vec::new();
     while held.len() < 4 {
-        let Ok(mut conn) = server.client().get_connection() else { break };
+        let Ok(mut conn) = server.client().get_connection() else {
+            break;
+        };
         if redis::cmd("PING").query::<String>(&mut conn).is_err() {
             break;
         }
         held.push(conn);
     }
     assert_eq!(held.len(), 4, "the server holds 4 clients");
-    let full = blocking::Limiter::builder(server.client()).timeout(Duration::from_millis(500)).build_blocking();
+    let full = blocking::Limiter::builder(server.client())
+        .timeout(Duration::from_millis(500))
+        .build_blocking();
     let error = full.allow(&minute("full", 3)).unwrap_err();
     assert!(error.is_unavailable(), "{error:?}");
     println!("at maxclients: {error}");
@@ -306,11 +489,17 @@ async fn a_server_at_max_clients_is_an_outage_not_a_refusal() {
     // one is accepted.
     let mut entries = None;
     let accepted = support::eventually(Duration::from_secs(10), || {
-        let read = server.client().get_connection().and_then(|mut conn| redis::cmd("ZCARD").arg("full").query::<u64>(&mut conn));
+        let read = server
+            .client()
+            .get_connection()
+            .and_then(|mut conn| redis::cmd("ZCARD").arg("full").query::<u64>(&mut conn));
         entries = read.ok();
         entries.is_some()
     });
-    assert!(accepted, "the server accepts clients again once the held ones are closed");
+    assert!(
+        accepted,
+        "the server accepts clients again once the held ones are closed"
+    );
     assert_eq!(entries, Some(0), "no call at maxclients recorded anything");
 }
 
@@ -322,10 +511,18 @@ async fn a_dropped_acquire_records_nothing_and_stops() {
     let full = Request::new("acq", Duration::from_secs(2), 1);
     assert!(limiter.allow(&full).await.unwrap().allowed);
     // Waits about 2 s for the window; cancelled after 300 ms.
-    let cancelled = tokio::time::timeout(Duration::from_millis(300), limiter.acquire(&full, Duration::from_secs(10))).await;
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(300),
+        limiter.acquire(&full, Duration::from_secs(10)),
+    )
+    .await;
     assert!(cancelled.is_err(), "still waiting when dropped");
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    assert_eq!(server.calls("xcloak.allow"), 2, "one rejected ALLOW, nothing after the drop");
+    assert_eq!(
+        server.calls("xcloak.allow"),
+        2,
+        "one rejected ALLOW, nothing after the drop"
+    );
     assert_eq!(server.entries("acq"), 1, "a cancelled wait recorded nothing");
     // Not cancelled, it waits the server's figure and is admitted.
     let d = limiter.acquire(&full, Duration::from_secs(10)).await.unwrap();
@@ -340,16 +537,30 @@ async fn a_dropped_acquire_records_nothing_and_stops() {
 async fn a_dropped_call_may_be_recorded_but_is_never_sent_again() {
     let server = Server::start();
     let conn = server.client().get_multiplexed_async_connection().await.unwrap();
-    let limiter = Limiter::builder(conn).timeout(Duration::from_secs(5)).policy(Policy::Deny).build();
+    let limiter = Limiter::builder(conn)
+        .timeout(Duration::from_secs(5))
+        .policy(Policy::Deny)
+        .build();
     assert_eq!(limiter.allow(&minute("drop", 10)).await.unwrap().remaining, 9);
     server.pause();
     let dropped = tokio::time::timeout(Duration::from_millis(200), limiter.allow(&minute("drop", 10))).await;
-    assert!(dropped.is_err(), "the caller's cancellation returns nothing: {dropped:?}");
+    assert!(
+        dropped.is_err(),
+        "the caller's cancellation returns nothing: {dropped:?}"
+    );
     server.resume();
     let next = limiter.allow(&minute("drop", 10)).await.unwrap();
-    assert_eq!((next.via, next.remaining), (Via::Command, 7), "the dropped call was admitted; this reply is this call's");
+    assert_eq!(
+        (next.via, next.remaining),
+        (Via::Command, 7),
+        "the dropped call was admitted; this reply is this call's"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!((server.calls("xcloak.allow"), server.entries("drop")), (3, 3), "each call ran once");
+    assert_eq!(
+        (server.calls("xcloak.allow"), server.entries("drop")),
+        (3, 3),
+        "each call ran once"
+    );
 }
 
 /// Loses the reply to one ALLOW through `proxy` (the server ran it) and
@@ -360,10 +571,28 @@ async fn lost_reply_runs_once<T: Transport>(server: &Server, proxy: &support::Pr
     let before = server.calls("xcloak.allow");
     proxy.lose_next_allow_reply();
     let d = limiter.allow(&minute(&key, 10)).await.unwrap();
-    assert_eq!((d.allowed, d.via), (false, Via::Error), "{what}: deny answered the lost reply");
-    assert!(matches!(&d.error, Some(Unavailable { cause: Cause::Connection, .. })), "{what}: {:?}", d.error);
+    assert_eq!(
+        (d.allowed, d.via),
+        (false, Via::Error),
+        "{what}: deny answered the lost reply"
+    );
+    assert!(
+        matches!(
+            &d.error,
+            Some(Unavailable {
+                cause: Cause::Connection,
+                ..
+            })
+        ),
+        "{what}: {:?}",
+        d.error
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(server.calls("xcloak.allow") - before, 1, "{what}: applied once, never sent again");
+    assert_eq!(
+        server.calls("xcloak.allow") - before,
+        1,
+        "{what}: applied once, never sent again"
+    );
     assert_eq!(server.entries(&key), 1, "{what}");
 }
 
@@ -378,5 +607,11 @@ async fn a_lost_reply_is_not_answered_by_sending_the_allow_again() {
     // The manager reconnects for the next call.
     assert!(Limiter::new(manager).allow(&minute("after", 10)).await.unwrap().allowed);
     let multiplexed = client.get_multiplexed_async_connection().await.unwrap();
-    lost_reply_runs_once(&server, &proxy, Limiter::new(Standalone(multiplexed)), "Standalone(MultiplexedConnection)").await;
+    lost_reply_runs_once(
+        &server,
+        &proxy,
+        Limiter::new(Standalone(multiplexed)),
+        "Standalone(MultiplexedConnection)",
+    )
+    .await;
 }

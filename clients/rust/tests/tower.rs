@@ -43,8 +43,15 @@ async fn get_from(server: SocketAddr, from: &str, path: &str, headers: &[(&str, 
     let (head, body) = text.split_once("\r\n\r\n").unwrap();
     let mut lines = head.lines();
     let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-    let headers = lines.filter_map(|l| l.split_once(": ")).map(|(k, v)| (k.to_ascii_lowercase(), v.to_string())).collect();
-    Reply { status, headers, body: body.to_string() }
+    let headers = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect();
+    Reply {
+        status,
+        headers,
+        body: body.to_string(),
+    }
 }
 
 /// An axum app behind `layer`: `/` answers 200, `/fail` 401; errors the
@@ -55,7 +62,9 @@ async fn serve<T: Transport, K: KeyExtractor>(layer: RateLimitLayer<T, K>) -> So
         .route("/fail", get(|| async { (StatusCode::UNAUTHORIZED, "no") }))
         .layer(
             tower::ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(|e: BoxError| async move { (StatusCode::INTERNAL_SERVER_ERROR, format!("raised: {e}")) }))
+                .layer(HandleErrorLayer::new(|e: BoxError| async move {
+                    (StatusCode::INTERNAL_SERVER_ERROR, format!("raised: {e}"))
+                }))
                 .layer(layer),
         );
     let listener = loop {
@@ -64,7 +73,11 @@ async fn serve<T: Transport, K: KeyExtractor>(layer: RateLimitLayer<T, K>) -> So
         }
     };
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap() });
+    tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+            .await
+            .unwrap()
+    });
     addr
 }
 
@@ -79,65 +92,122 @@ async fn limiter(server: &Server) -> Limiter<redis::aio::ConnectionManager> {
 #[tokio::test]
 async fn a_limit_with_tiers_answers_429_with_the_contracts_headers() {
     let redis = Server::start();
-    let limit = HttpLimit::new(Duration::from_secs(60), 3).name("api").tier(Duration::from_secs(3600), 5);
+    let limit = HttpLimit::new(Duration::from_secs(60), 3)
+        .name("api")
+        .tier(Duration::from_secs(3600), 5);
     let app = serve(RateLimitLayer::new(limiter(&redis).await, [limit]).key(peer())).await;
     for remaining in [2, 1, 0] {
         let r = get_from(app, "127.0.0.2", "/", &[]).await;
         assert_eq!((r.status, r.body.as_str()), (200, "ok"));
-        assert_eq!(r.headers["ratelimit-policy"], r#""3-in-60s";q=3;w=60, "5-in-3600s";q=5;w=3600"#);
-        assert_eq!(r.headers["ratelimit"], format!(r#""3-in-60s";r={remaining};t=60, "5-in-3600s";r={};t=3600"#, remaining + 2));
+        assert_eq!(
+            r.headers["ratelimit-policy"],
+            r#""3-in-60s";q=3;w=60, "5-in-3600s";q=5;w=3600"#
+        );
+        assert_eq!(
+            r.headers["ratelimit"],
+            format!(
+                r#""3-in-60s";r={remaining};t=60, "5-in-3600s";r={};t=3600"#,
+                remaining + 2
+            )
+        );
         assert!(!r.headers.contains_key("retry-after"));
     }
     let r = get_from(app, "127.0.0.2", "/", &[]).await;
     assert_eq!((r.status, r.body.as_str()), (429, "Too Many Requests\n"));
     let retry: u64 = r.headers["retry-after"].parse().unwrap();
     assert!((1..=60).contains(&retry), "{retry}");
-    assert!(r.headers["ratelimit"].starts_with(r#""3-in-60s";r=0;t="#), "{:?}", r.headers);
+    assert!(
+        r.headers["ratelimit"].starts_with(r#""3-in-60s";r=0;t="#),
+        "{:?}",
+        r.headers
+    );
     // Another client has its own window; the refused request recorded nothing.
     assert_eq!(get_from(app, "127.0.0.3", "/", &[]).await.status, 200);
-    assert_eq!((redis.entries("rl:api:127.0.0.2"), redis.entries("rl:api:127.0.0.3")), (3, 1));
+    assert_eq!(
+        (redis.entries("rl:api:127.0.0.2"), redis.entries("rl:api:127.0.0.3")),
+        (3, 1)
+    );
 }
 
 #[tokio::test]
 async fn several_limits_are_all_or_nothing() {
     let redis = Server::start();
     let limits = [
-        HttpLimit::new(Duration::from_secs(60), 10).name("minute").names(["per-minute"]),
-        HttpLimit::new(Duration::from_secs(60), 2).name("burst").names(["burst"]),
+        HttpLimit::new(Duration::from_secs(60), 10)
+            .name("minute")
+            .names(["per-minute"]),
+        HttpLimit::new(Duration::from_secs(60), 2)
+            .name("burst")
+            .names(["burst"]),
     ];
-    let app = serve(RateLimitLayer::new(limiter(&redis).await, limits).key(peer()).style(Style::Both)).await;
+    let app = serve(
+        RateLimitLayer::new(limiter(&redis).await, limits)
+            .key(peer())
+            .style(Style::Both),
+    )
+    .await;
     for _ in 0..2 {
         let r = get_from(app, "127.0.0.4", "/", &[]).await;
         assert_eq!(r.status, 200);
-        assert_eq!(r.headers["ratelimit-policy"], r#""per-minute";q=10;w=60, "burst";q=2;w=60"#);
+        assert_eq!(
+            r.headers["ratelimit-policy"],
+            r#""per-minute";q=10;w=60, "burst";q=2;w=60"#
+        );
     }
     let r = get_from(app, "127.0.0.4", "/", &[]).await;
     assert_eq!(r.status, 429);
     // The binding (rejecting) limit's legacy fields.
-    assert_eq!((r.headers["ratelimit-limit"].as_str(), r.headers["ratelimit-remaining"].as_str()), ("2", "0"));
+    assert_eq!(
+        (
+            r.headers["ratelimit-limit"].as_str(),
+            r.headers["ratelimit-remaining"].as_str()
+        ),
+        ("2", "0")
+    );
     // The minute limit admitted the third request, then it was refunded.
-    assert_eq!((redis.entries("rl:minute:127.0.0.4"), redis.entries("rl:burst:127.0.0.4")), (2, 2));
+    assert_eq!(
+        (
+            redis.entries("rl:minute:127.0.0.4"),
+            redis.entries("rl:burst:127.0.0.4")
+        ),
+        (2, 2)
+    );
     assert_eq!(redis.calls("xcloak.refund"), 1);
 }
 
 #[tokio::test]
 async fn skip_successful_counts_only_failures_by_a_refund_after_the_response() {
     let redis = Server::start();
-    let login = HttpLimit::new(Duration::from_secs(60), 3).name("login").skip_successful();
+    let login = HttpLimit::new(Duration::from_secs(60), 3)
+        .name("login")
+        .skip_successful();
     let app = serve(RateLimitLayer::new(limiter(&redis).await, [login]).key(peer())).await;
     for _ in 0..5 {
         let r = get_from(app, "127.0.0.5", "/", &[]).await;
         // The headers are the admission's: one taken, before the refund.
-        assert_eq!((r.status, r.headers["ratelimit"].as_str()), (200, r#""3-in-60s";r=2;t=60"#));
-        assert!(support::eventually(Duration::from_secs(5), || redis.entries("rl:login:127.0.0.5") == 0), "refunded after the response");
+        assert_eq!(
+            (r.status, r.headers["ratelimit"].as_str()),
+            (200, r#""3-in-60s";r=2;t=60"#)
+        );
+        assert!(
+            support::eventually(Duration::from_secs(5), || redis.entries("rl:login:127.0.0.5") == 0),
+            "refunded after the response"
+        );
     }
     for _ in 0..3 {
         assert_eq!(get_from(app, "127.0.0.5", "/fail", &[]).await.status, 401);
     }
     let r = get_from(app, "127.0.0.5", "/fail", &[]).await;
     assert_eq!(r.status, 429, "three failures fill the window");
-    assert_eq!(get_from(app, "127.0.0.5", "/", &[]).await.status, 429, "and a success is refused too");
-    assert_eq!((redis.calls("xcloak.refund"), redis.entries("rl:login:127.0.0.5")), (5, 3));
+    assert_eq!(
+        get_from(app, "127.0.0.5", "/", &[]).await.status,
+        429,
+        "and a success is refused too"
+    );
+    assert_eq!(
+        (redis.calls("xcloak.refund"), redis.entries("rl:login:127.0.0.5")),
+        (5, 3)
+    );
 }
 
 #[tokio::test]
@@ -147,7 +217,9 @@ async fn skip_failed_refunds_the_failures() {
     let app = serve(RateLimitLayer::new(limiter(&redis).await, [api]).key(peer())).await;
     for _ in 0..4 {
         assert_eq!(get_from(app, "127.0.0.6", "/fail", &[]).await.status, 401);
-        assert!(support::eventually(Duration::from_secs(5), || redis.entries("rl:api:127.0.0.6") == 0));
+        assert!(support::eventually(Duration::from_secs(5), || redis
+            .entries("rl:api:127.0.0.6")
+            == 0));
     }
     assert_eq!(get_from(app, "127.0.0.6", "/", &[]).await.status, 200);
     assert_eq!(get_from(app, "127.0.0.6", "/", &[]).await.status, 200);
@@ -161,14 +233,20 @@ async fn a_request_larger_than_the_limit_gets_429_without_retry_after() {
     let app = serve(RateLimitLayer::new(limiter(&redis).await, [heavy]).key(peer())).await;
     let r = get_from(app, "127.0.0.7", "/", &[]).await;
     assert_eq!(r.status, 429);
-    assert!(!r.headers.contains_key("retry-after"), "it can never fit: {:?}", r.headers);
+    assert!(
+        !r.headers.contains_key("retry-after"),
+        "it can never fit: {:?}",
+        r.headers
+    );
     assert!(r.body.contains("larger than the limit"), "{}", r.body);
 }
 
 #[tokio::test]
 async fn the_error_policy_answers_a_paused_and_a_stopped_server() {
     let mut redis = Server::start();
-    let raise = Limiter::builder(redis::aio::ConnectionManager::new(redis.client()).await.unwrap()).timeout(Duration::from_millis(200)).build();
+    let raise = Limiter::builder(redis::aio::ConnectionManager::new(redis.client()).await.unwrap())
+        .timeout(Duration::from_millis(200))
+        .build();
     let limit = || [HttpLimit::new(Duration::from_secs(60), 100).name("api")];
     let raising = serve(RateLimitLayer::new(raise.clone(), limit()).key(peer())).await;
     let open = serve(RateLimitLayer::new(raise.with_policy(Policy::Allow), limit()).key(peer())).await;
@@ -184,7 +262,11 @@ async fn the_error_policy_answers_a_paused_and_a_stopped_server() {
         assert_eq!(r.status, 500, "{what}: raise lets the framework answer");
         assert!(r.body.starts_with("raised: xcloak unavailable"), "{what}: {}", r.body);
         let r = get_from(open, "127.0.0.8", "/", &[]).await;
-        assert_eq!((r.status, r.body.as_str()), (200, "ok"), "{what}: allow serves the request");
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (200, "ok"),
+            "{what}: allow serves the request"
+        );
         assert!(!r.headers.contains_key("ratelimit"), "{what}: without headers");
         let r = get_from(closed, "127.0.0.8", "/", &[]).await;
         assert_eq!(r.status, 503, "{what}: deny");
@@ -198,29 +280,65 @@ async fn the_error_policy_answers_a_paused_and_a_stopped_server() {
 async fn a_bad_limit_is_raised_whatever_the_policy() {
     let redis = Server::start();
     let open = limiter(&redis).await.with_policy(Policy::Allow);
-    let app = serve(RateLimitLayer::new(open, [HttpLimit::new(Duration::from_secs(60), 2_000_000).name("api")]).key(peer())).await;
+    let app =
+        serve(RateLimitLayer::new(open, [HttpLimit::new(Duration::from_secs(60), 2_000_000).name("api")]).key(peer()))
+            .await;
     let r = get_from(app, "127.0.0.9", "/", &[]).await;
-    assert_eq!((r.status, r.body.as_str()), (500, "raised: ERR limit must be an integer from 0 to 1000000"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (500, "raised: ERR limit must be an integer from 0 to 1000000")
+    );
 }
 
 #[tokio::test]
 async fn keys_from_a_header_and_from_behind_trusted_proxies() {
     let redis = Server::start();
-    let by_header = serve(RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new(Duration::from_secs(60), 5).name("key")]).key(HeaderKey::new("x-api-key"))).await;
-    assert_eq!(get_from(by_header, "127.0.0.10", "/", &[("x-api-key", "k-1")]).await.status, 200);
-    assert_eq!(get_from(by_header, "127.0.0.11", "/", &[("x-api-key", "k-1")]).await.status, 200);
+    let by_header = serve(
+        RateLimitLayer::new(
+            limiter(&redis).await,
+            [HttpLimit::new(Duration::from_secs(60), 5).name("key")],
+        )
+        .key(HeaderKey::new("x-api-key")),
+    )
+    .await;
+    assert_eq!(
+        get_from(by_header, "127.0.0.10", "/", &[("x-api-key", "k-1")])
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        get_from(by_header, "127.0.0.11", "/", &[("x-api-key", "k-1")])
+            .await
+            .status,
+        200
+    );
     assert_eq!(redis.entries("rl:key:k-1"), 2, "one key across addresses");
     let r = get_from(by_header, "127.0.0.10", "/", &[]).await;
     assert_eq!(r.status, 500, "no key: the layer raises");
     assert!(r.body.contains("no x-api-key header"), "{}", r.body);
 
     let proxied = peer().trust_proxies(["127.0.0.0/8"]).unwrap();
-    let behind = serve(RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new(Duration::from_secs(60), 5).name("ip")]).key(proxied)).await;
+    let behind = serve(
+        RateLimitLayer::new(
+            limiter(&redis).await,
+            [HttpLimit::new(Duration::from_secs(60), 5).name("ip")],
+        )
+        .key(proxied),
+    )
+    .await;
     let forwarded = [("x-forwarded-for", "198.51.100.1, 203.0.113.5")];
     assert_eq!(get_from(behind, "127.0.0.12", "/", &forwarded).await.status, 200);
     assert_eq!(redis.entries("rl:ip:203.0.113.5"), 1, "the rightmost untrusted address");
     // Not behind the trusted proxy list: the header is ignored.
-    let direct = serve(RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new(Duration::from_secs(60), 5).name("ip2")]).key(peer())).await;
+    let direct = serve(
+        RateLimitLayer::new(
+            limiter(&redis).await,
+            [HttpLimit::new(Duration::from_secs(60), 5).name("ip2")],
+        )
+        .key(peer()),
+    )
+    .await;
     assert_eq!(get_from(direct, "127.0.0.13", "/", &forwarded).await.status, 200);
     assert_eq!(redis.entries("rl:ip2:127.0.0.13"), 1);
 }
@@ -239,7 +357,9 @@ impl tower::Service<http::Request<hyper::body::Incoming>> for Hello {
     }
 
     fn call(&mut self, _: http::Request<hyper::body::Incoming>) -> Self::Future {
-        std::future::ready(Ok(http::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(b"hello")))))
+        std::future::ready(Ok(http::Response::new(http_body_util::Full::new(
+            bytes::Bytes::from_static(b"hello"),
+        ))))
     }
 }
 
@@ -250,22 +370,31 @@ async fn the_layer_serves_plain_hyper() {
     use tower::Layer;
     let redis = Server::start();
     let layer = RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new(Duration::from_secs(60), 1)]);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", support::free_port())).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", support::free_port()))
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
             let (stream, peer) = listener.accept().await.unwrap();
             let service = layer.layer(Hello);
-            let with_peer = tower::ServiceBuilder::new().map_request(move |mut request: http::Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(peer);
-                request
-            });
+            let with_peer =
+                tower::ServiceBuilder::new().map_request(move |mut request: http::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(peer);
+                    request
+                });
             let service = hyper_util::service::TowerToHyperService::new(with_peer.service(service));
-            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), service));
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+            );
         }
     });
     let r = get_from(addr, "127.0.0.14", "/", &[]).await;
-    assert_eq!((r.status, r.body.as_str(), r.headers["ratelimit"].as_str()), (200, "hello", r#""1-in-60s";r=0;t=60"#));
+    assert_eq!(
+        (r.status, r.body.as_str(), r.headers["ratelimit"].as_str()),
+        (200, "hello", r#""1-in-60s";r=0;t=60"#)
+    );
     let r = get_from(addr, "127.0.0.14", "/", &[]).await;
     assert_eq!(r.status, 429);
     assert_eq!(redis.entries("rl:http:127.0.0.14"), 1);

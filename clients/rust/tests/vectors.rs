@@ -25,7 +25,10 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 use serde_json::Value as Json;
 use support::Server;
-use xcloak_client::{acquire_step, blocking, AcquireStep, Clock, Decision, Error, Fallback, Limiter, MultiDecision, Request, Style, TierState, Transport, Via};
+use xcloak_client::{
+    acquire_step, blocking, AcquireStep, Clock, Decision, Error, Fallback, Limiter, MultiDecision, Request, Style,
+    TierState, Transport, Via,
+};
 
 const VECTORS: &str = include_str!("../../conformance/vectors.json");
 
@@ -45,7 +48,11 @@ fn args(cmd: &Cmd) -> Vec<String> {
 }
 
 fn strings(json: &Json) -> Vec<String> {
-    json.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+    json.as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
 }
 
 fn ms(json: &Json) -> Duration {
@@ -57,13 +64,21 @@ fn ms(json: &Json) -> Duration {
 /// the compiler refuses what the server's range check would.
 fn unrepresentable(step: &Json) -> bool {
     let negative = |v: &Json| v.as_i64().is_some_and(|n| n < 0);
-    ["window", "limit", "cost", "now", "stamp"].iter().any(|f| negative(&step[*f]))
-        || step["tiers"].as_array().is_some_and(|t| t.iter().any(|p| negative(&p[0]) || negative(&p[1])))
+    ["window", "limit", "cost", "now", "stamp"]
+        .iter()
+        .any(|f| negative(&step[*f]))
+        || step["tiers"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|p| negative(&p[0]) || negative(&p[1])))
 }
 
 /// The Request of an allow/peek/acquire input (or of an allow_all request).
 fn request(step: &Json, now: Option<&Json>) -> Request {
-    let mut request = Request::new(step["key"].as_str().unwrap(), ms(&step["window"]), step["limit"].as_u64().unwrap());
+    let mut request = Request::new(
+        step["key"].as_str().unwrap(),
+        ms(&step["window"]),
+        step["limit"].as_u64().unwrap(),
+    );
     for tier in step["tiers"].as_array().into_iter().flatten() {
         request = request.tier(ms(&tier[0]), tier[1].as_u64().unwrap());
     }
@@ -84,7 +99,11 @@ fn request(step: &Json, now: Option<&Json>) -> Request {
 
 /// The peek steps that ask for the oldest entry (`OLDEST`, `oldest_ms`).
 fn oldest_steps() -> usize {
-    cases().iter().flat_map(|c| c["steps"].as_array().unwrap().clone()).filter(|s| s["oldest"] == true).count()
+    cases()
+        .iter()
+        .flat_map(|c| c["steps"].as_array().unwrap().clone())
+        .filter(|s| s["oldest"] == true)
+        .count()
 }
 
 /// A reply as the vectors write it, as the `redis` crate reads it.
@@ -94,7 +113,9 @@ fn value(json: &Json) -> Value {
         Json::Array(items) => Value::Array(items.iter().map(value).collect()),
         Json::String(s) => Value::BulkString(s.as_bytes().to_vec()),
         Json::Null => Value::Nil,
-        Json::Object(o) => redis::parse_redis_value(format!("-{}\r\n", o["error"].as_str().unwrap()).as_bytes()).unwrap(),
+        Json::Object(o) => {
+            redis::parse_redis_value(format!("-{}\r\n", o["error"].as_str().unwrap()).as_bytes()).unwrap()
+        }
         other => panic!("reply {other}"),
     }
 }
@@ -144,25 +165,41 @@ fn decision(json: &Json, via: Via) -> Decision {
 
 /// A step's Decision: its `decision`, and a peek's `oldest_ms` beside it.
 fn expected(step: &Json, via: Via) -> Decision {
-    Decision { oldest: step["oldest_ms"].as_u64(), ..decision(&step["decision"], via) }
+    Decision {
+        oldest: step["oldest_ms"].as_u64(),
+        ..decision(&step["decision"], via)
+    }
 }
 
 fn header_map(map: &http::HeaderMap) -> BTreeMap<String, String> {
-    map.iter().map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap().to_string())).collect()
+    map.iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap().to_string()))
+        .collect()
 }
 
 fn expected_headers(json: &Json) -> BTreeMap<String, String> {
-    json.as_object().unwrap().iter().map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().unwrap().to_string())).collect()
+    json.as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str().unwrap().to_string()))
+        .collect()
 }
 
 fn names(step: &Json) -> Vec<String> {
-    step["names"].as_array().map(|n| n.iter().map(|s| s.as_str().unwrap().to_string()).collect()).unwrap_or_default()
+    step["names"]
+        .as_array()
+        .map(|n| n.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
 }
 
 fn check_headers(what: &str, d: &Decision, step: &Json) {
     let names = names(step);
     for (style, field) in [(Style::Ietf, "ietf"), (Style::Legacy, "legacy")] {
-        assert_eq!(header_map(&d.headers_named(style, &names)), expected_headers(&step["headers"][field]), "{what}: {field} headers");
+        assert_eq!(
+            header_map(&d.headers_named(style, &names)),
+            expected_headers(&step["headers"][field]),
+            "{what}: {field} headers"
+        );
     }
     let mut both = expected_headers(&step["headers"]["ietf"]);
     both.extend(expected_headers(&step["headers"]["legacy"]));
@@ -172,16 +209,33 @@ fn check_headers(what: &str, d: &Decision, step: &Json) {
 fn check_multi_headers(what: &str, m: &MultiDecision, step: &Json) {
     let names: Vec<Vec<String>> = step["names"]
         .as_array()
-        .map(|per| per.iter().map(|n| n.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()).collect())
+        .map(|per| {
+            per.iter()
+                .map(|n| {
+                    n.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|s| s.as_str().unwrap().to_string())
+                        .collect()
+                })
+                .collect()
+        })
         .unwrap_or_default();
     for (style, field) in [(Style::Ietf, "ietf"), (Style::Legacy, "legacy")] {
-        assert_eq!(header_map(&m.headers_named(style, &names)), expected_headers(&step["headers"][field]), "{what}: {field} headers");
+        assert_eq!(
+            header_map(&m.headers_named(style, &names)),
+            expected_headers(&step["headers"][field]),
+            "{what}: {field} headers"
+        );
     }
 }
 
 /// The error a server refusal becomes: its text verbatim.
 fn server_error(text: &str) -> Error {
-    Error::Server { code: text.split(' ').next().unwrap().to_string(), message: text.to_string() }
+    Error::Server {
+        code: text.split(' ').next().unwrap().to_string(),
+        message: text.to_string(),
+    }
 }
 
 // ---- the pure core, no server
@@ -200,15 +254,29 @@ fn every_vector_through_the_pure_core() {
                 }
                 op @ ("allow" | "peek") => {
                     let request = request(step, step.get("now"));
-                    let cmd = if op == "allow" { request.allow_command() } else { request.peek_command() }.unwrap();
+                    let cmd = if op == "allow" {
+                        request.allow_command()
+                    } else {
+                        request.peek_command()
+                    }
+                    .unwrap();
                     assert_eq!(args(&cmd), strings(&step["command"]), "{what}: command");
                     if let Some(text) = step["error"].as_str() {
                         // The refusal as the redis crate reports it, sorted into Error::Server.
                         let error = value(&step["reply"]).extract_error().unwrap_err();
-                        assert_eq!(error.code().map(|c| format!("{c} {}", error.detail().unwrap())), Some(text.to_string()), "{what}");
+                        assert_eq!(
+                            error.code().map(|c| format!("{c} {}", error.detail().unwrap())),
+                            Some(text.to_string()),
+                            "{what}"
+                        );
                     } else {
                         let reply = value(&step["reply"]);
-                        let d = if op == "allow" { Decision::from_reply(&reply, &request, Via::Command) } else { Decision::from_peek_reply(&reply, &request, Via::Command) }.unwrap();
+                        let d = if op == "allow" {
+                            Decision::from_reply(&reply, &request, Via::Command)
+                        } else {
+                            Decision::from_peek_reply(&reply, &request, Via::Command)
+                        }
+                        .unwrap();
                         assert_eq!(d, expected(step, Via::Command), "{what}");
                         oldest += usize::from(step["oldest"] == true);
                         check_headers(&what, &d, step);
@@ -216,7 +284,11 @@ fn every_vector_through_the_pure_core() {
                 }
                 "refund" if unrepresentable(step) => skipped += 1,
                 "refund" => {
-                    let cmd = xcloak_client::refund_command(step["key"].as_str().unwrap(), step["stamp"].as_u64().unwrap(), step["cost"].as_u64().unwrap_or(1));
+                    let cmd = xcloak_client::refund_command(
+                        step["key"].as_str().unwrap(),
+                        step["stamp"].as_u64().unwrap(),
+                        step["cost"].as_u64().unwrap_or(1),
+                    );
                     assert_eq!(args(&cmd), strings(&step["command"]), "{what}");
                 }
                 "acquire" => {
@@ -229,10 +301,16 @@ fn every_vector_through_the_pure_core() {
                     for (j, call) in calls.iter().enumerate() {
                         assert_eq!(call["now"].as_u64(), Some(now), "{what} call {j}: the virtual clock");
                         let at = request.clone().now(now);
-                        assert_eq!(args(&at.allow_command().unwrap()), strings(&call["command"]), "{what} call {j}");
+                        assert_eq!(
+                            args(&at.allow_command().unwrap()),
+                            strings(&call["command"]),
+                            "{what} call {j}"
+                        );
                         let d = Decision::from_reply(&value(&call["reply"]), &at, Via::Command).unwrap();
                         let left = Duration::from_millis(deadline.saturating_sub(now));
-                        let next = acquire_step(&d, left, step["jitter_fraction"].as_f64().unwrap(), || draws.next().expect("a draw"));
+                        let next = acquire_step(&d, left, step["jitter_fraction"].as_f64().unwrap(), || {
+                            draws.next().expect("a draw")
+                        });
                         match (next, call["sleep_ms"].as_u64()) {
                             (AcquireStep::Sleep(sleep), Some(expected)) => {
                                 assert_eq!(sleep.as_millis() as u64, expected, "{what} call {j}: sleep");
@@ -259,7 +337,11 @@ fn every_vector_through_the_pure_core() {
                     let mut decisions = Vec::new();
                     for (j, req) in step["requests"].as_array().unwrap().iter().enumerate() {
                         let request = request(req, step.get("now")).stamp();
-                        assert_eq!(args(&request.allow_command().unwrap()), strings(&calls[j]["command"]), "{what} request {j}");
+                        assert_eq!(
+                            args(&request.allow_command().unwrap()),
+                            strings(&calls[j]["command"]),
+                            "{what} request {j}"
+                        );
                         let d = Decision::from_reply(&value(&calls[j]["reply"]), &request, Via::Command).unwrap();
                         let rejected = !d.allowed;
                         decisions.push((request, d));
@@ -268,18 +350,37 @@ fn every_vector_through_the_pure_core() {
                         }
                     }
                     let m = MultiDecision::from_decisions(decisions.iter().map(|(_, d)| d.clone()).collect());
-                    assert_eq!(m.decisions.len(), step["decisions"].as_array().unwrap().len(), "{what}: requests sent");
+                    assert_eq!(
+                        m.decisions.len(),
+                        step["decisions"].as_array().unwrap().len(),
+                        "{what}: requests sent"
+                    );
                     for (d, expected) in m.decisions.iter().zip(step["decisions"].as_array().unwrap()) {
                         assert_eq!(d, &decision(expected, Via::Command), "{what}");
                     }
-                    assert_eq!((m.allowed, m.rejected.map(|r| r as u64), m.binding as u64), (step["allowed"].as_bool().unwrap(), step["rejected"].as_u64(), step["binding"].as_u64().unwrap()), "{what}");
+                    assert_eq!(
+                        (m.allowed, m.rejected.map(|r| r as u64), m.binding as u64),
+                        (
+                            step["allowed"].as_bool().unwrap(),
+                            step["rejected"].as_u64(),
+                            step["binding"].as_u64().unwrap()
+                        ),
+                        "{what}"
+                    );
                     // Then the refunds of the earlier admissions, in order.
                     let refunds: Vec<Vec<String>> = if m.allowed {
                         Vec::new()
                     } else {
-                        decisions.iter().filter(|(_, d)| d.allowed).map(|(r, d)| args(&xcloak_client::refund_command(&r.key, d.stamp.unwrap(), r.cost))).collect()
+                        decisions
+                            .iter()
+                            .filter(|(_, d)| d.allowed)
+                            .map(|(r, d)| args(&xcloak_client::refund_command(&r.key, d.stamp.unwrap(), r.cost)))
+                            .collect()
                     };
-                    let sent: Vec<Vec<String>> = calls[m.decisions.len()..].iter().map(|c| strings(&c["command"])).collect();
+                    let sent: Vec<Vec<String>> = calls[m.decisions.len()..]
+                        .iter()
+                        .map(|c| strings(&c["command"]))
+                        .collect();
                     assert_eq!(refunds, sent, "{what}: refunds");
                     check_multi_headers(&what, &m, step);
                 }
@@ -305,7 +406,12 @@ struct Recording {
 }
 
 impl Transport for Recording {
-    fn send<'a>(&'a self, key: &'a [u8], read: bool, cmds: &'a [Cmd]) -> impl std::future::Future<Output = redis::RedisResult<Vec<Value>>> + Send + 'a {
+    fn send<'a>(
+        &'a self,
+        key: &'a [u8],
+        read: bool,
+        cmds: &'a [Cmd],
+    ) -> impl std::future::Future<Output = redis::RedisResult<Vec<Value>>> + Send + 'a {
         self.log.lock().unwrap().extend(cmds.iter().map(args));
         self.conn.send(key, read, cmds)
     }
@@ -346,7 +452,14 @@ impl Clock for VirtualClock {
 fn through_script(command: &[String]) -> Vec<String> {
     let (op, sha) = match command[0].as_str() {
         "XCLOAK.ALLOW" => ("EVALSHA", sha(xcloak_client::ALLOW_SCRIPT)),
-        "XCLOAK.PEEK" => (if support::server_version() >= (7, 0) { "EVALSHA_RO" } else { "EVALSHA" }, sha(xcloak_client::PEEK_SCRIPT)),
+        "XCLOAK.PEEK" => (
+            if support::server_version() >= (7, 0) {
+                "EVALSHA_RO"
+            } else {
+                "EVALSHA"
+            },
+            sha(xcloak_client::PEEK_SCRIPT),
+        ),
         "XCLOAK.REFUND" => ("EVALSHA", sha(xcloak_client::REFUND_SCRIPT)),
         _ => return command.to_vec(),
     };
@@ -373,13 +486,24 @@ fn check_result(what: &str, result: Result<Decision, Error>, step: &Json, via: V
 
 async fn replay(server: &Server, via: Via) -> usize {
     let conn = server.client().get_multiplexed_async_connection().await.unwrap();
-    let recording = Recording { conn, log: Arc::default() };
-    let fallback = if via == Via::Script { Fallback::Always } else { Fallback::Never };
+    let recording = Recording {
+        conn,
+        log: Arc::default(),
+    };
+    let fallback = if via == Via::Script {
+        Fallback::Always
+    } else {
+        Fallback::Never
+    };
     let limiter = Limiter::builder(recording.clone()).fallback(fallback).build();
     let mut check = server.conn();
     if via == Via::Script {
         // Cached first: one EVALSHA per call, no NOSCRIPT round (tests/fallback.rs covers that).
-        for script in [xcloak_client::ALLOW_SCRIPT, xcloak_client::PEEK_SCRIPT, xcloak_client::REFUND_SCRIPT] {
+        for script in [
+            xcloak_client::ALLOW_SCRIPT,
+            xcloak_client::PEEK_SCRIPT,
+            xcloak_client::REFUND_SCRIPT,
+        ] {
             let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(script).query(&mut check).unwrap();
         }
     }
@@ -394,7 +518,12 @@ async fn replay(server: &Server, via: Via) -> usize {
                 continue;
             }
             let expected: Vec<Vec<String>> = match op {
-                "acquire" | "allow_all" => step["calls"].as_array().unwrap().iter().map(|c| through(&c["command"], via)).collect(),
+                "acquire" | "allow_all" => step["calls"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| through(&c["command"], via))
+                    .collect(),
                 "setup" => Vec::new(),
                 _ => vec![through(&step["command"], via)],
             };
@@ -402,13 +531,23 @@ async fn replay(server: &Server, via: Via) -> usize {
                 "allow" => check_result(&what, limiter.allow(&request(step, step.get("now"))).await, step, via),
                 "peek" => check_result(&what, limiter.peek(&request(step, step.get("now"))).await, step, via),
                 "refund" => {
-                    let result = limiter.refund(step["key"].as_str().unwrap(), step["stamp"].as_u64().unwrap(), step["cost"].as_u64().unwrap_or(1)).await;
+                    let result = limiter
+                        .refund(
+                            step["key"].as_str().unwrap(),
+                            step["stamp"].as_u64().unwrap(),
+                            step["cost"].as_u64().unwrap_or(1),
+                        )
+                        .await;
                     match step["error"].as_str() {
                         Some(text) => assert_eq!(result.unwrap_err(), server_error(text), "{what}"),
                         None => assert_eq!(result.unwrap(), step["removed"].as_u64().unwrap(), "{what}"),
                     }
                 }
-                "reset" => assert_eq!(limiter.reset(step["key"].as_str().unwrap()).await.unwrap(), step["existed"].as_bool().unwrap(), "{what}"),
+                "reset" => assert_eq!(
+                    limiter.reset(step["key"].as_str().unwrap()).await.unwrap(),
+                    step["existed"].as_bool().unwrap(),
+                    "{what}"
+                ),
                 "setup" => {
                     let mut cmd = redis::cmd(step["command"][0].as_str().unwrap());
                     cmd.arg(&strings(&step["command"])[1..]);
@@ -417,7 +556,12 @@ async fn replay(server: &Server, via: Via) -> usize {
                 }
                 "acquire" => {
                     let clock = VirtualClock::starting_at(step["start"].as_u64().unwrap());
-                    let draws: Vec<f64> = step["random"].as_array().unwrap().iter().map(|r| r.as_f64().unwrap()).collect();
+                    let draws: Vec<f64> = step["random"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|r| r.as_f64().unwrap())
+                        .collect();
                     let next = AtomicU64::new(0);
                     let acquirer = Limiter::builder(recording.clone())
                         .fallback(fallback)
@@ -425,16 +569,42 @@ async fn replay(server: &Server, via: Via) -> usize {
                         .jitter_fraction(step["jitter_fraction"].as_f64().unwrap())
                         .random(move || draws[next.fetch_add(1, Ordering::SeqCst) as usize])
                         .build();
-                    let d = acquirer.acquire(&request(step, None), ms(&step["max_wait_ms"])).await.unwrap();
+                    let d = acquirer
+                        .acquire(&request(step, None), ms(&step["max_wait_ms"]))
+                        .await
+                        .unwrap();
                     assert_eq!(d, decision(&step["decision"], via), "{what}");
-                    let sleeps: Vec<u64> = step["calls"].as_array().unwrap().iter().filter_map(|c| c["sleep_ms"].as_u64()).collect();
+                    let sleeps: Vec<u64> = step["calls"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter_map(|c| c["sleep_ms"].as_u64())
+                        .collect();
                     assert_eq!(clock.sleeps(), sleeps, "{what}: sleeps");
                 }
                 "allow_all" => {
-                    let requests: Vec<Request> = step["requests"].as_array().unwrap().iter().map(|r| request(r, step.get("now"))).collect();
+                    let requests: Vec<Request> = step["requests"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|r| request(r, step.get("now")))
+                        .collect();
                     let m = limiter.allow_all(&requests).await.unwrap();
-                    assert_eq!((m.allowed, m.rejected.map(|r| r as u64), m.binding as u64), (step["allowed"].as_bool().unwrap(), step["rejected"].as_u64(), step["binding"].as_u64().unwrap()), "{what}");
-                    let expected_decisions: Vec<Decision> = step["decisions"].as_array().unwrap().iter().map(|d| decision(d, via)).collect();
+                    assert_eq!(
+                        (m.allowed, m.rejected.map(|r| r as u64), m.binding as u64),
+                        (
+                            step["allowed"].as_bool().unwrap(),
+                            step["rejected"].as_u64(),
+                            step["binding"].as_u64().unwrap()
+                        ),
+                        "{what}"
+                    );
+                    let expected_decisions: Vec<Decision> = step["decisions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|d| decision(d, via))
+                        .collect();
                     assert_eq!(m.decisions, expected_decisions, "{what}");
                     check_multi_headers(&what, &m, step);
                 }
@@ -449,7 +619,11 @@ async fn replay(server: &Server, via: Via) -> usize {
             oldest += usize::from(step["oldest"] == true);
         }
     }
-    assert_eq!(oldest, oldest_steps(), "{via:?}: every OLDEST peek compared, its oldest_ms too");
+    assert_eq!(
+        oldest,
+        oldest_steps(),
+        "{via:?}: every OLDEST peek compared, its oldest_ms too"
+    );
     compared
 }
 
@@ -468,7 +642,11 @@ async fn every_vector_through_the_command() {
     let compared = replay(&server, Via::Command).await;
     println!("{compared} steps through XCLOAK.* on a server with the module");
     assert!(compared > 180, "{compared}");
-    assert_eq!(server.calls("evalsha") + server.calls("evalsha_ro"), 0, "the module answered every call");
+    assert_eq!(
+        server.calls("evalsha") + server.calls("evalsha_ro"),
+        0,
+        "the module answered every call"
+    );
 }
 
 #[tokio::test]
@@ -482,8 +660,14 @@ async fn every_vector_through_the_fallback() {
 // ---- live: the blocking Limiter, Decisions and errors
 
 fn replay_blocking(server: &Server, via: Via) -> usize {
-    let fallback = if via == Via::Script { Fallback::Always } else { Fallback::Never };
-    let limiter = blocking::Limiter::builder(server.client()).fallback(fallback).build_blocking();
+    let fallback = if via == Via::Script {
+        Fallback::Always
+    } else {
+        Fallback::Never
+    };
+    let limiter = blocking::Limiter::builder(server.client())
+        .fallback(fallback)
+        .build_blocking();
     let mut check = server.conn();
     let (mut compared, mut oldest) = (0, 0);
     for case in cases() {
@@ -495,21 +679,38 @@ fn replay_blocking(server: &Server, via: Via) -> usize {
                 "allow" => check_result(&what, limiter.allow(&request(step, step.get("now"))), step, via),
                 "peek" => check_result(&what, limiter.peek(&request(step, step.get("now"))), step, via),
                 "refund" => {
-                    let result = limiter.refund(step["key"].as_str().unwrap(), step["stamp"].as_u64().unwrap(), step["cost"].as_u64().unwrap_or(1));
+                    let result = limiter.refund(
+                        step["key"].as_str().unwrap(),
+                        step["stamp"].as_u64().unwrap(),
+                        step["cost"].as_u64().unwrap_or(1),
+                    );
                     match step["error"].as_str() {
                         Some(text) => assert_eq!(result.unwrap_err(), server_error(text), "{what}"),
                         None => assert_eq!(result.unwrap(), step["removed"].as_u64().unwrap(), "{what}"),
                     }
                 }
-                "reset" => assert_eq!(limiter.reset(step["key"].as_str().unwrap()).unwrap(), step["existed"].as_bool().unwrap(), "{what}"),
+                "reset" => assert_eq!(
+                    limiter.reset(step["key"].as_str().unwrap()).unwrap(),
+                    step["existed"].as_bool().unwrap(),
+                    "{what}"
+                ),
                 "setup" => {
                     let mut cmd = redis::cmd(step["command"][0].as_str().unwrap());
                     cmd.arg(&strings(&step["command"])[1..]);
-                    assert_eq!(to_json(cmd.query::<Value>(&mut check).unwrap()), step["reply"], "{what}");
+                    assert_eq!(
+                        to_json(cmd.query::<Value>(&mut check).unwrap()),
+                        step["reply"],
+                        "{what}"
+                    );
                 }
                 "acquire" => {
                     let clock = VirtualClock::starting_at(step["start"].as_u64().unwrap());
-                    let draws: Vec<f64> = step["random"].as_array().unwrap().iter().map(|r| r.as_f64().unwrap()).collect();
+                    let draws: Vec<f64> = step["random"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|r| r.as_f64().unwrap())
+                        .collect();
                     let next = AtomicU64::new(0);
                     let acquirer = blocking::Limiter::builder(server.client())
                         .fallback(fallback)
@@ -517,16 +718,37 @@ fn replay_blocking(server: &Server, via: Via) -> usize {
                         .jitter_fraction(step["jitter_fraction"].as_f64().unwrap())
                         .random(move || draws[next.fetch_add(1, Ordering::SeqCst) as usize])
                         .build_blocking();
-                    let d = acquirer.acquire(&request(step, None), ms(&step["max_wait_ms"])).unwrap();
+                    let d = acquirer
+                        .acquire(&request(step, None), ms(&step["max_wait_ms"]))
+                        .unwrap();
                     assert_eq!(d, decision(&step["decision"], via), "{what}");
-                    let sleeps: Vec<u64> = step["calls"].as_array().unwrap().iter().filter_map(|c| c["sleep_ms"].as_u64()).collect();
+                    let sleeps: Vec<u64> = step["calls"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter_map(|c| c["sleep_ms"].as_u64())
+                        .collect();
                     assert_eq!(clock.sleeps(), sleeps, "{what}: sleeps");
                 }
                 "allow_all" => {
-                    let requests: Vec<Request> = step["requests"].as_array().unwrap().iter().map(|r| request(r, step.get("now"))).collect();
+                    let requests: Vec<Request> = step["requests"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|r| request(r, step.get("now")))
+                        .collect();
                     let m = limiter.allow_all(&requests).unwrap();
-                    let expected: Vec<Decision> = step["decisions"].as_array().unwrap().iter().map(|d| decision(d, via)).collect();
-                    assert_eq!((m.allowed, m.decisions), (step["allowed"].as_bool().unwrap(), expected), "{what}");
+                    let expected: Vec<Decision> = step["decisions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|d| decision(d, via))
+                        .collect();
+                    assert_eq!(
+                        (m.allowed, m.decisions),
+                        (step["allowed"].as_bool().unwrap(), expected),
+                        "{what}"
+                    );
                 }
                 _ => continue,
             }
@@ -537,7 +759,11 @@ fn replay_blocking(server: &Server, via: Via) -> usize {
             oldest += usize::from(step["oldest"] == true);
         }
     }
-    assert_eq!(oldest, oldest_steps(), "{via:?}: every OLDEST peek compared, its oldest_ms too");
+    assert_eq!(
+        oldest,
+        oldest_steps(),
+        "{via:?}: every OLDEST peek compared, its oldest_ms too"
+    );
     compared
 }
 

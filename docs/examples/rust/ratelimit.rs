@@ -47,7 +47,8 @@ struct Options {
     tiers: Vec<(u64, u64)>,
 }
 
-const USAGE: &str = "usage: ratelimit REDIS_URL KEY WINDOW_MS LIMIT CALLS [--cluster] [--keys K] [--peek] [--tier WINDOW_MS:LIMIT]...";
+const USAGE: &str =
+    "usage: ratelimit REDIS_URL KEY WINDOW_MS LIMIT CALLS [--cluster] [--keys K] [--peek] [--tier WINDOW_MS:LIMIT]...";
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
     let (mut keys, mut cluster, mut peek, mut positional, mut tiers) = (0, false, false, Vec::new(), Vec::new());
@@ -57,10 +58,17 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--cluster" => cluster = true,
             "--peek" => peek = true,
             "--keys" => {
-                keys = args.next().and_then(|k| k.parse().ok()).filter(|&k| k > 0).ok_or("--keys needs a positive integer")?;
+                keys = args
+                    .next()
+                    .and_then(|k| k.parse().ok())
+                    .filter(|&k| k > 0)
+                    .ok_or("--keys needs a positive integer")?;
             }
             "--tier" => {
-                let tier = args.next().and_then(|t| t.split_once(':').and_then(|(w, l)| Some((w.parse().ok()?, l.parse().ok()?))));
+                let tier = args.next().and_then(|t| {
+                    t.split_once(':')
+                        .and_then(|(w, l)| Some((w.parse().ok()?, l.parse().ok()?)))
+                });
                 tiers.push(tier.ok_or("--tier needs WINDOW_MS:LIMIT, e.g. --tier 3600000:100")?);
             }
             _ if arg.starts_with("--") => return Err(format!("unknown option {arg}\n{USAGE}")),
@@ -68,7 +76,10 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         }
     }
     let [url, key, window_ms, limit, calls] = <[String; 5]>::try_from(positional).map_err(|_| USAGE.to_string())?;
-    let number = |name: &str, text: &str| text.parse::<u64>().map_err(|_| format!("{name} must be a non-negative integer, not {text:?}"));
+    let number = |name: &str, text: &str| {
+        text.parse::<u64>()
+            .map_err(|_| format!("{name} must be a non-negative integer, not {text:?}"))
+    };
     Ok(Options {
         window_ms: number("WINDOW_MS", &window_ms)?,
         limit: number("LIMIT", &limit)?,
@@ -86,30 +97,57 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
 /// the order a reader expects, and who answered.
 fn line(decision: &Decision, tiers: &[(u64, u64)]) -> String {
     let (style, names) = if tiers.is_empty() {
-        (Style::Legacy, vec!["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After"])
+        (
+            Style::Legacy,
+            vec![
+                "RateLimit-Limit",
+                "RateLimit-Remaining",
+                "RateLimit-Reset",
+                "Retry-After",
+            ],
+        )
     } else {
         (Style::Ietf, vec!["RateLimit-Policy", "RateLimit", "Retry-After"])
     };
     // Each policy named by its window: "60000ms", "3600000ms".
-    let policy_names: Vec<String> = decision.tiers.iter().map(|t| format!("{}ms", t.window.as_millis())).collect();
+    let policy_names: Vec<String> = decision
+        .tiers
+        .iter()
+        .map(|t| format!("{}ms", t.window.as_millis()))
+        .collect();
     let headers = decision.headers_named(style, &policy_names);
-    let fields: Vec<String> = names.iter().filter_map(|name| headers.get(*name).map(|v| format!("{name}: {}", v.to_str().unwrap()))).collect();
+    let fields: Vec<String> = names
+        .iter()
+        .filter_map(|name| headers.get(*name).map(|v| format!("{name}: {}", v.to_str().unwrap())))
+        .collect();
     let via = match decision.via {
         Via::Command => "command",
         Via::Script => "script",
         Via::Error => "error",
     };
-    format!("{} {} | via {via}", if decision.allowed { 200 } else { 429 }, fields.join(" | "))
+    format!(
+        "{} {} | via {via}",
+        if decision.allowed { 200 } else { 429 },
+        fields.join(" | ")
+    )
 }
 
 async fn run<T: Transport>(limiter: Limiter<T>, options: &Options) -> Result<(), xcloak_client::Error> {
     for i in 0..options.calls {
-        let key = if options.keys > 0 { format!("{}:{}", options.key, i % options.keys) } else { options.key.clone() };
+        let key = if options.keys > 0 {
+            format!("{}:{}", options.key, i % options.keys)
+        } else {
+            options.key.clone()
+        };
         let mut request = Request::new(key, Duration::from_millis(options.window_ms), options.limit);
         for &(window_ms, limit) in &options.tiers {
             request = request.tier(Duration::from_millis(window_ms), limit);
         }
-        let decision = if options.peek { limiter.peek(&request).await? } else { limiter.allow(&request).await? };
+        let decision = if options.peek {
+            limiter.peek(&request).await?
+        } else {
+            limiter.allow(&request).await?
+        };
         println!("{}", line(&decision, &options.tiers));
     }
     Ok(())
@@ -121,10 +159,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if options.cluster {
         // The URL's user and password apply to every node.
         let client = xcloak_client::cluster_client([options.url.as_str()], options.peek).build()?;
-        let limiter = Limiter::builder(client.get_async_connection().await?).read_from_replicas(options.peek).build();
+        let limiter = Limiter::builder(client.get_async_connection().await?)
+            .read_from_replicas(options.peek)
+            .build();
         run(limiter, &options).await?;
     } else {
-        let conn = redis::Client::open(options.url.as_str())?.get_connection_manager().await?;
+        let conn = redis::Client::open(options.url.as_str())?
+            .get_connection_manager()
+            .await?;
         run(Limiter::new(conn), &options).await?;
     }
     Ok(())

@@ -34,9 +34,15 @@ pub fn module_path() -> PathBuf {
 
 /// (major, minor) of the server binary.
 pub fn server_version() -> (u32, u32) {
-    let out = Command::new(server_binary()).arg("--version").output().expect("server --version");
+    let out = Command::new(server_binary())
+        .arg("--version")
+        .output()
+        .expect("server --version");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let v = text.split_whitespace().find_map(|w| w.strip_prefix("v=")).expect("v=X.Y.Z");
+    let v = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .expect("v=X.Y.Z");
     let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let valkey = text.to_ascii_lowercase().contains("valkey");
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
@@ -52,7 +58,12 @@ static NEXT: AtomicU16 = AtomicU16::new(0);
 /// A free port of this package's slice whose cluster bus port is free too.
 pub fn free_port() -> u16 {
     let span = LAST_PORT - FIRST_PORT + 1;
-    let _ = NEXT.compare_exchange(0, (std::process::id() % u32::from(span)) as u16 + 1, Ordering::SeqCst, Ordering::SeqCst);
+    let _ = NEXT.compare_exchange(
+        0,
+        (std::process::id() % u32::from(span)) as u16 + 1,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
     for _ in 0..span {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let port = FIRST_PORT + n % span;
@@ -88,7 +99,13 @@ impl Server {
             let dir = std::env::temp_dir().join(format!("xcloak-client-test-{}-{port}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
-            let mut server = Server { port, module, dir, extra: extra.iter().map(|s| s.to_string()).collect(), child: None };
+            let mut server = Server {
+                port,
+                module,
+                dir,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+                child: None,
+            };
             if server.launch() {
                 return server;
             }
@@ -97,14 +114,33 @@ impl Server {
     }
 
     fn launch(&mut self) -> bool {
-        let mut args: Vec<String> = ["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        args.extend(["--dir".into(), self.dir.display().to_string(), "--logfile".into(), "server.log".into()]);
+        let mut args: Vec<String> = [
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend([
+            "--dir".into(),
+            self.dir.display().to_string(),
+            "--logfile".into(),
+            "server.log".into(),
+        ]);
         args.extend(["--protected-mode".into(), "no".into()]);
         if server_version() >= (7, 0) {
-            args.extend(["--enable-module-command".into(), "yes".into(), "--enable-debug-command".into(), "yes".into()]);
+            args.extend([
+                "--enable-module-command".into(),
+                "yes".into(),
+                "--enable-debug-command".into(),
+                "yes".into(),
+            ]);
         }
         if self.module {
             args.extend(["--loadmodule".into(), module_path().display().to_string()]);
@@ -136,7 +172,12 @@ impl Server {
                 }
                 panic!("server exited on port {}:\n{log}", self.port);
             }
-            assert!(Instant::now() < deadline, "server on {} not ready:\n{}", self.port, self.log());
+            assert!(
+                Instant::now() < deadline,
+                "server on {} not ready:\n{}",
+                self.port,
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -168,7 +209,8 @@ impl Server {
 
     /// A plain connection for checks (never the limiter's).
     pub fn conn(&self) -> redis::Connection {
-        self.try_conn().unwrap_or_else(|e| panic!("connect to {}: {e}\n{}", self.port, self.log()))
+        self.try_conn()
+            .unwrap_or_else(|e| panic!("connect to {}: {e}\n{}", self.port, self.log()))
     }
 
     pub fn pid(&self) -> u32 {
@@ -176,7 +218,10 @@ impl Server {
     }
 
     fn signal(&self, signal: &str) {
-        let status = Command::new("kill").args([signal, &self.pid().to_string()]).status().unwrap();
+        let status = Command::new("kill")
+            .args([signal, &self.pid().to_string()])
+            .status()
+            .unwrap();
         assert!(status.success(), "kill {signal} {}", self.pid());
     }
 
@@ -236,7 +281,13 @@ impl Server {
 
     /// `ZCARD key` after `ASKING` (on a node importing the key's slot).
     pub fn entries_asking(&self, key: &str) -> u64 {
-        let (n,): (u64,) = redis::pipe().cmd("ASKING").ignore().cmd("ZCARD").arg(key).query(&mut self.conn()).unwrap();
+        let (n,): (u64,) = redis::pipe()
+            .cmd("ASKING")
+            .ignore()
+            .cmd("ZCARD")
+            .arg(key)
+            .query(&mut self.conn())
+            .unwrap();
         n
     }
 
@@ -261,12 +312,19 @@ impl Drop for Server {
 fn stat(info: &str, prefix: &str) -> u64 {
     info.lines()
         .find_map(|l| l.strip_prefix(prefix))
-        .map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap())
+        .map(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
         .unwrap_or(0)
 }
 
 pub fn field(info: &str, name: &str) -> Option<String> {
-    info.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_string()))
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_string()))
 }
 
 /// Polls `check` (every 20 ms) until true or `timeout`.
@@ -292,7 +350,9 @@ impl Replicated {
         let primary = Server::start();
         let port = primary.port.to_string();
         let replica = Server::start_with(true, &["--replicaof", "127.0.0.1", &port]);
-        let linked = eventually(Duration::from_secs(30), || field(&replica.info("replication"), "master_link_status").as_deref() == Some("up"));
+        let linked = eventually(Duration::from_secs(30), || {
+            field(&replica.info("replication"), "master_link_status").as_deref() == Some("up")
+        });
         assert!(linked, "replica not linked:\n{}", replica.log());
         Replicated { primary, replica }
     }
@@ -311,14 +371,37 @@ impl Cluster {
         let nodes: Vec<Server> = (0..total)
             .map(|i| {
                 let with = module.get(i).copied().unwrap_or(true);
-                Server::start_with(with, &["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "15000"])
+                Server::start_with(
+                    with,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "15000",
+                    ],
+                )
             })
             .collect();
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
         args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
-        args.extend(["--cluster-replicas".into(), replicas.to_string(), "--cluster-yes".into()]);
-        let out = Command::new(redis_cli()).args(&args).stdin(Stdio::null()).output().expect("redis-cli");
-        assert!(out.status.success(), "redis-cli --cluster create:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        args.extend([
+            "--cluster-replicas".into(),
+            replicas.to_string(),
+            "--cluster-yes".into(),
+        ]);
+        let out = Command::new(redis_cli())
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         let cluster = Cluster { nodes };
         cluster.wait_ok();
         cluster
@@ -329,7 +412,9 @@ impl Cluster {
         for node in &self.nodes {
             let ok = eventually(Duration::from_secs(60), || {
                 let Ok(mut c) = node.try_conn() else { return false };
-                let Ok(info) = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c) else { return false };
+                let Ok(info) = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c) else {
+                    return false;
+                };
                 let repl = node.info("replication");
                 field(&info, "cluster_state").as_deref() == Some("ok")
                     && field(&info, "cluster_known_nodes").as_deref() == Some(total.as_str())
@@ -342,8 +427,16 @@ impl Cluster {
         let replicas = self.nodes.len() / 3 - 1;
         for node in &self.nodes {
             let listed = eventually(Duration::from_secs(60), || {
-                let Ok(redis::Value::Array(ranges)) = redis::cmd("CLUSTER").arg("SLOTS").query::<redis::Value>(&mut node.conn()) else { return false };
-                !ranges.is_empty() && ranges.iter().all(|r| matches!(r, redis::Value::Array(p) if p.len() >= 3 + replicas))
+                let Ok(redis::Value::Array(ranges)) = redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query::<redis::Value>(&mut node.conn())
+                else {
+                    return false;
+                };
+                !ranges.is_empty()
+                    && ranges
+                        .iter()
+                        .all(|r| matches!(r, redis::Value::Array(p) if p.len() >= 3 + replicas))
             });
             assert!(listed, "node {} does not list every replica", node.port);
         }
@@ -359,16 +452,26 @@ impl Cluster {
     }
 
     pub fn primaries(&self) -> Vec<&Server> {
-        self.nodes.iter().filter(|n| n.info("replication").contains("role:master")).collect()
+        self.nodes
+            .iter()
+            .filter(|n| n.info("replication").contains("role:master"))
+            .collect()
     }
 
     pub fn replicas(&self) -> Vec<&Server> {
-        self.nodes.iter().filter(|n| n.info("replication").contains("role:slave")).collect()
+        self.nodes
+            .iter()
+            .filter(|n| n.info("replication").contains("role:slave"))
+            .collect()
     }
 
     /// The primary serving `key`.
     pub fn owner(&self, key: &str) -> &Server {
-        let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut self.nodes[0].conn()).unwrap();
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[0].conn())
+            .unwrap();
         self.primaries()
             .into_iter()
             .find(|p| {
@@ -384,8 +487,15 @@ impl Cluster {
             let info = replica.info("replication");
             let port: u16 = field(&info, "master_port").unwrap().parse().unwrap();
             let primary = self.nodes.iter().find(|n| n.port == port).unwrap();
-            let target: u64 = field(&primary.info("replication"), "master_repl_offset").unwrap().parse().unwrap();
-            let ok = eventually(Duration::from_secs(30), || field(&replica.info("replication"), "slave_repl_offset").and_then(|o| o.parse::<u64>().ok()).is_some_and(|o| o >= target));
+            let target: u64 = field(&primary.info("replication"), "master_repl_offset")
+                .unwrap()
+                .parse()
+                .unwrap();
+            let ok = eventually(Duration::from_secs(30), || {
+                field(&replica.info("replication"), "slave_repl_offset")
+                    .and_then(|o| o.parse::<u64>().ok())
+                    .is_some_and(|o| o >= target)
+            });
             assert!(ok, "replica {} behind", replica.port);
         }
     }
@@ -401,10 +511,12 @@ impl Cluster {
 
 /// Whether a `CLUSTER NODES` line serves `slot`.
 fn serves(line: &str, slot: i64) -> bool {
-    line.split_whitespace().skip(8).any(|range| match range.split_once('-') {
-        Some((a, b)) => a.parse::<i64>().is_ok_and(|a| a <= slot) && b.parse::<i64>().is_ok_and(|b| slot <= b),
-        None => range.parse::<i64>() == Ok(slot),
-    })
+    line.split_whitespace()
+        .skip(8)
+        .any(|range| match range.split_once('-') {
+            Some((a, b)) => a.parse::<i64>().is_ok_and(|a| a <= slot) && b.parse::<i64>().is_ok_and(|b| slot <= b),
+            None => range.parse::<i64>() == Ok(slot),
+        })
 }
 
 /// A TCP proxy in front of a server that can lose one reply: armed, the next
@@ -432,7 +544,9 @@ impl Proxy {
         let arm = armed.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else { continue };
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
+                    continue;
+                };
                 let (mut client_read, mut client_write) = client.into_split();
                 let (mut server_read, mut server_write) = server.into_split();
                 let lose = Arc::new(AtomicBool::new(false));
