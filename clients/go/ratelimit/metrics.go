@@ -1,0 +1,160 @@
+package ratelimit
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Counters are one limit's statistics, named as envoyproxy/ratelimit names
+// them (its README, "Statistics"): ratelimit.service.rate_limit.<stats
+// key>.<counter>, exposed for Prometheus as its default statsd mapping
+// does: ratelimit_service_rate_limit_<counter>{domain, key1, key2}.
+type Counters struct {
+	TotalHits   atomic.Uint64
+	OverLimit   atomic.Uint64
+	NearLimit   atomic.Uint64
+	WithinLimit atomic.Uint64
+	ShadowMode  atomic.Uint64
+}
+
+// Metrics holds every counter of the service.
+type Metrics struct {
+	mu     sync.RWMutex
+	limits map[string]*Counters
+
+	ConfigLoadSuccess atomic.Uint64
+	ConfigLoadError   atomic.Uint64
+	RedisError        atomic.Uint64
+	ServiceError      atomic.Uint64
+	GlobalShadowMode  atomic.Uint64
+	// Calls counts ShouldRateLimit calls; Unlimited the descriptors answered
+	// without Redis.
+	Calls     atomic.Uint64
+	Unlimited atomic.Uint64
+}
+
+// NewMetrics returns empty metrics.
+func NewMetrics() *Metrics { return &Metrics{limits: map[string]*Counters{}} }
+
+// Limit returns the counters of a stats key, created on first use.
+func (m *Metrics) Limit(statsKey string) *Counters {
+	m.mu.RLock()
+	c := m.limits[statsKey]
+	m.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c = m.limits[statsKey]; c == nil {
+		c = &Counters{}
+		m.limits[statsKey] = c
+	}
+	return c
+}
+
+// Snapshot returns the counters of a stats key (zeros when never used).
+func (m *Metrics) Snapshot(statsKey string) (total, over, near, within, shadow uint64) {
+	m.mu.RLock()
+	c := m.limits[statsKey]
+	m.mu.RUnlock()
+	if c == nil {
+		return
+	}
+	return c.TotalHits.Load(), c.OverLimit.Load(), c.NearLimit.Load(), c.WithinLimit.Load(), c.ShadowMode.Load()
+}
+
+// record counts one descriptor's decision as the reference does: hits units
+// asked, used units in the window before this request, the limit, whether it
+// was over (rejected, or over in shadow mode) and the near-limit ratio.
+func (c *Counters) record(hits, before, limit uint64, over, shadow bool, nearRatio float64) {
+	c.TotalHits.Add(hits)
+	after := before + hits
+	near := uint64(float64(float32(limit) * float32(nearRatio)))
+	if over {
+		if before >= limit {
+			c.OverLimit.Add(hits)
+		} else {
+			c.OverLimit.Add(after - limit)
+			c.NearLimit.Add(limit - max(near, before))
+		}
+		if shadow {
+			if before >= limit {
+				c.ShadowMode.Add(hits)
+			} else {
+				c.ShadowMode.Add(after - limit)
+			}
+		}
+		return
+	}
+	if after > near {
+		if before >= near {
+			c.NearLimit.Add(hits)
+		} else {
+			c.NearLimit.Add(after - near)
+		}
+	}
+	c.WithinLimit.Add(hits)
+}
+
+// WritePrometheus writes every counter in the Prometheus text format.
+func (m *Metrics) WritePrometheus(w io.Writer) {
+	m.mu.RLock()
+	keys := make([]string, 0, len(m.limits))
+	for k := range m.limits {
+		keys = append(keys, k)
+	}
+	m.mu.RUnlock()
+	sort.Strings(keys)
+	type counter struct {
+		name string
+		get  func(*Counters) uint64
+	}
+	counters := []counter{
+		{"total_hits", func(c *Counters) uint64 { return c.TotalHits.Load() }},
+		{"over_limit", func(c *Counters) uint64 { return c.OverLimit.Load() }},
+		{"near_limit", func(c *Counters) uint64 { return c.NearLimit.Load() }},
+		{"within_limit", func(c *Counters) uint64 { return c.WithinLimit.Load() }},
+		{"shadow_mode", func(c *Counters) uint64 { return c.ShadowMode.Load() }},
+	}
+	for _, ct := range counters {
+		name := "ratelimit_service_rate_limit_" + ct.name
+		fmt.Fprintf(w, "# TYPE %s counter\n", name)
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s{%s} %d\n", name, labels(k), ct.get(m.Limit(k)))
+		}
+	}
+	service := []struct {
+		name string
+		v    *atomic.Uint64
+	}{
+		{"ratelimit_service_config_load_success", &m.ConfigLoadSuccess},
+		{"ratelimit_service_config_load_error", &m.ConfigLoadError},
+		{"ratelimit_service_should_rate_limit_redis_error", &m.RedisError},
+		{"ratelimit_service_should_rate_limit_service_error", &m.ServiceError},
+		{"ratelimit_service_global_shadow_mode", &m.GlobalShadowMode},
+		{"ratelimit_service_calls", &m.Calls},
+		{"ratelimit_service_unlimited", &m.Unlimited},
+	}
+	for _, s := range service {
+		fmt.Fprintf(w, "# TYPE %s counter\n%s %d\n", s.name, s.name, s.v.Load())
+	}
+}
+
+// labels splits a stats key "domain.key1.key2[.more]" into the labels of the
+// reference's statsd mapping (the levels past the second stay in key2).
+func labels(statsKey string) string {
+	parts := strings.SplitN(statsKey, ".", 3)
+	out := fmt.Sprintf("domain=%q", parts[0])
+	if len(parts) > 1 {
+		out += fmt.Sprintf(",key1=%q", parts[1])
+	}
+	if len(parts) > 2 {
+		out += fmt.Sprintf(",key2=%q", parts[2])
+	}
+	return out
+}
