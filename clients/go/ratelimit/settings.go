@@ -303,4 +303,3 @@ func (s *Settings) LimiterOptions() xcloak.Options {
 func (s *Settings) ServiceOptions() ServiceOptions {
 	return ServiceOptions{NearLimitRatio: s.NearLimitRatio, GlobalShadowMode: s.GlobalShadowMode, Headers: s.Headers, MaxLimit: s.MaxLimit}
 }
-
