@@ -6,7 +6,7 @@ PORT    ?= 6379
 CARGO   ?= cargo
 MODULE  := target/release/libxcloak.so
 
-.PHONY: deps build run test unit clean fault-module fuzz example-deps test-matrix test-valgrind dist dist-check dist-repro test-clients sync-lua faults faults-ci
+.PHONY: ratelimit ratelimit-compare deps build run test unit clean fault-module fuzz example-deps test-matrix test-valgrind dist dist-check dist-repro test-clients sync-lua faults faults-ci
 
 deps:
 	@scripts/ensure-deps.sh
@@ -152,6 +152,18 @@ example-deps:
 bench: build
 	@scripts/ensure-deps.sh python3
 	python3 scripts/bench.py
+
+# xcloak-ratelimit (clients/go/ratelimit/README.md): the rate limit service for
+# Envoy on envoyproxy/ratelimit's configuration, built into target/.
+ratelimit:
+	@mkdir -p target
+	cd clients/go/ratelimit && GOTOOLCHAIN=local go build -trimpath -o $(CURDIR)/target/xcloak-ratelimit ./cmd/xcloak-ratelimit
+
+# xcloak-ratelimit beside envoyproxy/ratelimit (built pinned, outside the repo,
+# into ~/.cache/xcloak-ratelimit): decisions, boundary over-admission, RLS calls
+# per second, p50/p99 and Redis CPU per call. Not part of `make test`.
+ratelimit-compare: build ratelimit
+	scripts/ratelimit-compare.sh
 
 clean:
 	$(CARGO) clean

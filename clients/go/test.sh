@@ -39,3 +39,5 @@ latest=$(grep -m1 'redis/go-redis/v9 ' testdata/go-redis-latest.mod | awk '{prin
 echo "== clients/go: faults, vectors and cluster on go-redis $latest"
 "$go" test -count=1 -timeout 10m -modfile=testdata/go-redis-latest.mod \
     -run 'TestPaused|TestLost|TestOutages|TestServerReplies|TestVectors|TestCluster' .
+# xcloak-ratelimit, the service for Envoy: a module of its own (ratelimit/test.sh).
+bash ratelimit/test.sh

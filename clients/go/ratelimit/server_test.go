@@ -268,3 +268,39 @@ func TestSettings(t *testing.T) {
 		}
 	}
 }
+
+// A Kubernetes ConfigMap volume: the files are symlinks through "..data",
+// and an update swaps that symlink to a new directory. The swap is a change.
+func TestConfigMapSymlinkSwap(t *testing.T) {
+	redisServer := testserver.Start(t, testserver.Config{})
+	s := start(t, redisServer.Addr(), nil, nil)
+	version := func(n int, limit string) {
+		dir := filepath.Join(s.dir, "..2026_12_03_v"+limit)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "login.yaml"), []byte(strings.ReplaceAll(loginConfig, "%d", limit)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(s.dir, "..data_tmp")
+		if err := os.Symlink(filepath.Base(dir), tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(s.dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			if err := os.Symlink("..data/login.yaml", filepath.Join(s.dir, "login.yaml")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	version(0, "3")
+	if !testserver.Eventually(10*time.Second, func() bool { return s.srv.Service.Config().Limits == 1 && limitOf(t, s) == 3 }) {
+		t.Fatal("the first version was never loaded")
+	}
+	version(1, "8")
+	if !testserver.Eventually(10*time.Second, func() bool { return limitOf(t, s) == 8 }) {
+		t.Fatal("the swapped version was never loaded")
+	}
+}
