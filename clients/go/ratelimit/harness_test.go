@@ -131,6 +131,9 @@ func backends(t *testing.T) map[string]*testserver.Server {
 type rlsCommonDescriptor = rlsCommon.RateLimitDescriptor
 type rlsCommonOverride = rlsCommon.RateLimitDescriptor_RateLimitOverride
 
-const rlsCommonUnitMinute = typev3.RateLimitUnit_MINUTE
+const (
+	rlsCommonUnitMinute = typev3.RateLimitUnit_MINUTE
+	rlsCommonUnitSecond = typev3.RateLimitUnit_SECOND
+)
 
 func stringsContains(s, sub string) bool { return strings.Contains(s, sub) }

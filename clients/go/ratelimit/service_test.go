@@ -4,6 +4,9 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
@@ -224,6 +227,11 @@ func TestReadmeExamples(t *testing.T) {
 			}
 			expect(t, "example 2 nested, rejected", r.Statuses[0], over, 5, 0)
 			expect(t, "example 2 number, not consumed", r.Statuses[1], ok, 100, 95)
+			// The other order: the number is admitted first, then refunded.
+			r = s.call("messaging", d("to_number=2061111111"), d("message_type=marketing", "to_number=2061111111"))
+			expect(t, "example 2 number first, refunded", r.Statuses[0], ok, 100, 95)
+			expect(t, "example 2 nested second, rejected", r.Statuses[1], over, 5, 0)
+			expect(t, "example 2 number alone", s.call("messaging", d("to_number=2061111111")).Statuses[0], ok, 100, 94)
 			expect(t, "example 2, another number", s.call("messaging", d("to_number=2062222222")).Statuses[0], ok, 100, 99)
 
 			// 3: the most specific match; a limit of 0 rejects without a call.
@@ -369,6 +377,15 @@ descriptors:
 			expect(t, "override 1", s.call("api", override).Statuses[0], ok, 2, 1)
 			expect(t, "override 2", s.call("api", override).Statuses[0], ok, 2, 0)
 			expect(t, "override 3", s.call("api", override).Statuses[0], over, 2, 0)
+
+			// unit_multiplier: a window of 90 seconds.
+			long := d("key=m")
+			long.Limit = &rlsCommonOverride{RequestsPerUnit: 1, Unit: rlsCommonUnitSecond, UnitMultiplier: wrapperspb.UInt32(90)}
+			s.call("api", long)
+			r = s.call("api", long)
+			if wait := r.Statuses[0].DurationUntilReset.AsDuration(); r.Statuses[0].Code != over || wait <= 60*time.Second || wait > 90*time.Second {
+				t.Fatalf("unit_multiplier 90 of SECOND: %v, retry after %v", r.Statuses[0].Code, wait)
+			}
 
 			// A bad request is refused as such, never answered as an outage.
 			big := d("key=k")
