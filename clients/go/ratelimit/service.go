@@ -364,18 +364,19 @@ func (s *Service) respond(items []item) *pb.RateLimitResponse {
 			st.DurationUntilReset = durationOf(it.res.ResetAfter)
 		}
 		st.LimitRemaining = uint32(min(remaining, math.MaxUint32))
+		shadow := it.limit.ShadowMode
 		if it.kind != kindCheck {
-			s.metrics.Limit(it.limit.StatsKey).record(it.hits, before, limit, it.over, it.kind == kindShadow, s.opt.NearLimitRatio)
+			s.metrics.Limit(it.limit.StatsKey).record(it.hits, before, limit, it.over, shadow, s.opt.NearLimitRatio)
 		}
-		if it.over && it.kind != kindShadow {
+		if it.over && !shadow {
 			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 		}
-		if it.kind == kindShadow {
+		if shadow {
 			st.Code = pb.RateLimitResponse_OK
 		}
 		if it.has {
 			decided = append(decided, it.res)
-			enforcedOver := it.over && it.kind != kindShadow
+			enforcedOver := it.over && !shadow
 			if binding < 0 || (enforcedOver && !bindingOver) ||
 				(enforcedOver == bindingOver && it.res.Remaining < decided[binding].Remaining) {
 				binding, bindingOver = len(decided)-1, enforcedOver

@@ -356,8 +356,18 @@ domain: api
 descriptors:
   - key: key
     rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: blocked
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 0}
 `}, nil)
 			ok, over := pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT
+			// A limit of 0 in shadow mode: answered OK, counted as shadow.
+			if r := s.call("api", d("blocked=x")); r.OverallCode != ok || r.Statuses[0].Code != ok {
+				t.Fatalf("a zero limit in shadow mode: %v", r)
+			}
+			if _, _, _, _, shadow := s.srv.Service.Metrics().Snapshot("api.blocked"); shadow != 1 {
+				t.Fatalf("a zero limit in shadow mode counted %d shadow hits", shadow)
+			}
 			r, err := s.try(&pb.RateLimitRequest{Domain: "api", Descriptors: []*rlsCommonDescriptor{d("key=k")}, HitsAddend: 3})
 			if err != nil {
 				t.Fatal(err)
