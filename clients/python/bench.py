@@ -9,6 +9,10 @@
    memory per identity (MEMORY USAGE of the identity's keys, filled to the
    limit). The requests go through Flask's test client (no HTTP: the server
    side is what is measured).
+3. The same on a server without the module (managed Redis: ``xcloak://``
+   sends the bundled Lua script): server CPU per request of ``xcloak://``
+   against limits' own ``redis://`` moving window, three rounds taken in
+   turn, the median of the per-round ratios (issue 30's target: at most 1.0x).
 
     .venv/bin/python bench.py [--calls N]
 
@@ -79,12 +83,24 @@ def flask_app(uri: str, limit: int):
     return app
 
 
+SCRIPT_CALLS = ("cmdstat_eval", "cmdstat_evalsha", "cmdstat_eval_ro", "cmdstat_evalsha_ro", "cmdstat_fcall",
+                "cmdstat_fcall_ro")
+
+
 def usec_of_all(server: Server) -> float:
+    """Server CPU of every command the storage sent (INFO commandstats usec).
+
+    A script's usec already holds the commands it ran, which commandstats also
+    counts on their own lines: when scripts ran, only the scripts and the
+    module's commands are the storage's own calls (both storages measured here
+    send nothing else), so the inner commands are not counted twice."""
     stats = server.client().info("commandstats")
-    return sum(v["usec"] for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_config",
-                                                                 "cmdstat_memory", "cmdstat_keys",
-                                                                 "cmdstat_flushall", "cmdstat_ping",
-                                                                 "cmdstat_client", "cmdstat_hello"))
+    ignored = ("cmdstat_info", "cmdstat_config", "cmdstat_memory", "cmdstat_keys", "cmdstat_flushall",
+               "cmdstat_ping", "cmdstat_client", "cmdstat_hello")
+    if any(k in SCRIPT_CALLS for k in stats):
+        return sum(v["usec"] for k, v in stats.items() if k in SCRIPT_CALLS or k.startswith("cmdstat_xcloak."))
+    return sum(v["usec"] for k, v in stats.items() if k not in ignored and not k.startswith("cmdstat_config|")
+               and not k.startswith("cmdstat_memory|") and not k.startswith("cmdstat_client|"))
 
 
 def flask_limiter_costs(server: Server, scheme: str, limit: int) -> tuple:
@@ -132,8 +148,30 @@ def main() -> None:
                       f"{rd_cpu / xc_cpu:.2f}x CPU, {rd_mem / xc_mem:.2f}x memory")
         finally:
             compact.close()
+        fallback_costs()
     finally:
         server.close()
+
+
+def fallback_costs() -> None:
+    print("3. Flask-Limiter, moving window, on a server WITHOUT the module (xcloak:// sends the Lua script): "
+          "server CPU per request, 3 rounds")
+    bare = Server(module=False)
+    try:
+        for limit in (10, 1000):
+            ratios, xcs, rds = [], [], []
+            for _ in range(3):
+                xc_cpu, _ = flask_limiter_costs(bare, "xcloak", limit)
+                rd_cpu, _ = flask_limiter_costs(bare, "redis", limit)
+                xcs.append(xc_cpu)
+                rds.append(rd_cpu)
+                ratios.append(xc_cpu / rd_cpu)
+            ratio = statistics.median(ratios)
+            print(f"   limit {limit:>5}: xcloak:// {statistics.median(xcs):.2f} us/request, "
+                  f"redis:// {statistics.median(rds):.2f} us/request; xcloak:// / redis:// = {ratio:.2f}x "
+                  f"(rounds {[round(r, 2) for r in ratios]}; target <= 1.0x: {'PASS' if ratio <= 1.0 else 'FAIL'})")
+    finally:
+        bare.close()
 
 
 if __name__ == "__main__":
