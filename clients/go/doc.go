@@ -56,8 +56,8 @@
 //
 // Errors come in two kinds: *Error, the server refused the call (a bad
 // argument, WRONGTYPE, NOPERM), returned whatever the error policy; and an
-// outage or a timeout, which Options.ErrorPolicy answers: an
-// *UnavailableError, or a Result with Via == ViaError that fails open or
+// outage or a timeout, which Options.OnError answers: an
+// *UnavailableError, or a Decision with Via == ViaError that fails open or
 // closed. No call is ever sent twice once it may have reached the server.
 //
 // The contract every xcloak client follows is docs/clients.md; the
