@@ -16,8 +16,9 @@ const (
 )
 
 // Decision is one decision: the contract's Decision (docs/clients.md), read
-// from the reply of XCLOAK.ALLOW ... DETAILS [STAMP] or XCLOAK.PEEK. Its first
-// fields are go-redis/redis_rate's, with the same meaning.
+// from the reply of XCLOAK.ALLOW ... DETAILS [STAMP] or XCLOAK.PEEK. Its
+// first fields have go-redis/redis_rate's names, not all their meanings:
+// clients/go/README.md, "From go-redis/redis_rate", maps them field by field.
 type Decision struct {
 	// Allowed: admitted (Peek: would be admitted now).
 	Allowed bool
@@ -26,9 +27,9 @@ type Decision struct {
 	// Remaining is the binding tier's remaining units, never below 0.
 	Remaining int
 	// RetryAfter is 0 when allowed; else the wait until the request fits in
-	// every tier if nothing else is admitted meanwhile. It is -1 (a negative
-	// duration, as in redis_rate) when the request can never fit: see
-	// CostExceedsLimit.
+	// every tier if nothing else is admitted meanwhile. It is -1 when the
+	// request can never fit: see CostExceedsLimit. (redis_rate's -1 means
+	// admitted; here an admission is 0.)
 	RetryAfter time.Duration
 	// ResetAfter is the time until the binding tier's window is empty.
 	ResetAfter time.Duration

@@ -43,9 +43,13 @@
 // One call replaces both, atomic, on one key, with the figures an HTTP
 // response needs:
 //
-//	limiter := xcloak.NewLimiter(rdb, xcloak.Options{})
-//	res, err := limiter.Allow(ctx, key, time.Minute, 10) // XCLOAK.ALLOW key 60000 10 DETAILS
-//	// res.Allowed, res.Remaining, res.RetryAfter, res.ResetAfter, res.Headers(xcloak.StyleIETF)
+//	limiter, err := xcloak.NewLimiter(rdb, xcloak.Options{}) // an *Error names an option out of range
+//	d, err := limiter.Allow(ctx, key, time.Minute, 10)      // XCLOAK.ALLOW key 60000 10 DETAILS
+//	// d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Headers(xcloak.StyleIETF)
+//
+// Every duration is a time.Duration (windows, timeouts, maxWait), sent as
+// whole milliseconds; the only bare milliseconds are unix-millisecond
+// instants (WithNow, Decision.Stamp, Decision.Oldest).
 //
 // rdb is any redis.UniversalClient: a *redis.Client, a *redis.ClusterClient
 // (every call goes straight to its key's node; Peek to a replica when the
