@@ -40,7 +40,6 @@ package ulule
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -103,7 +102,7 @@ func (s *Store) Increment(ctx context.Context, key string, count int64, rate lim
 		return s.Peek(ctx, key, rate)
 	}
 	if count < 0 {
-		return limiter.Context{}, errors.New("xcloak/ulule: a count below 0 would unrecord requests; use the Limiter's Refund")
+		return limiter.Context{}, &xcloak.Error{Message: fmt.Sprintf("xcloak/ulule: Increment's count must be 0 or more, not %d (a refund is the Limiter's Refund, by stamp)", count)}
 	}
 	r, err := s.limiter.Allow(ctx, s.key(key), rate.Period, int(rate.Limit), xcloak.WithCost(int(count)))
 	if err != nil {

@@ -192,4 +192,11 @@ func TestConfigurationRefusedAtStartup(t *testing.T) {
 	if l, err := NewLimiter(s, limiter.Rate{Period: time.Minute, Limit: 1_000_000}); l == nil || err != nil {
 		t.Errorf("a valid rate: %v", err)
 	}
+	// A negative count is an argument error (an *xcloak.Error), refused
+	// before anything is sent.
+	_, err = s.Increment(context.Background(), "k", -1, limiter.Rate{Period: time.Minute, Limit: 10})
+	var e *xcloak.Error
+	if !errors.As(err, &e) || !strings.HasPrefix(e.Message, "xcloak/ulule: Increment's count must be 0 or more, not -1") {
+		t.Errorf("Increment(-1): %v", err)
+	}
 }
