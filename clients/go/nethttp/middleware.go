@@ -23,7 +23,7 @@
 // Requests with RateLimit-Policy, RateLimit and Retry-After (Options.Style
 // picks the fields); an admitted one gets the same headers. When Redis does
 // not answer, the Limiter's error policy decides: PolicyRaise answers with
-// Options.ErrorHandler (500 by default), PolicyAllow serves the request
+// Options.ErrorHandler (by default a line in the standard logger and 500), PolicyAllow serves the request
 // without headers, PolicyDeny answers 503 Service Unavailable.
 //
 // SkipSuccessful and SkipFailed count only the requests that failed, or
@@ -41,6 +41,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"net/netip"
@@ -86,7 +87,8 @@ type Options struct {
 	// Style of the headers (default xcloak.StyleIETF).
 	Style xcloak.Style
 	// ErrorHandler answers when the Limiter returns an error: an outage
-	// under PolicyRaise, a refused argument, a Key error (default: 500).
+	// under PolicyRaise, a refused argument, a Key error (default: the error
+	// on the standard logger, and 500).
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 }
 
@@ -116,6 +118,7 @@ func New(l *xcloak.Limiter, opt Options) (*Middleware, error) {
 	m := &Middleware{limiter: l, opt: opt}
 	if m.opt.ErrorHandler == nil {
 		m.opt.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+			log.Printf("xcloak/nethttp: %s %s: %v", r.Method, r.URL.Path, err)
 			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 		}
 	}

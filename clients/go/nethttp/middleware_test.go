@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -347,5 +349,24 @@ func TestDecisionFromContext(t *testing.T) {
 	}
 	if _, ok := DecisionFromContext(context.Background()); ok {
 		t.Errorf("a decision outside the middleware")
+	}
+}
+
+// The default ErrorHandler says why it answers 500: the error goes to the
+// standard logger (a new user with Redis down otherwise sees only 500s).
+func TestDefaultErrorHandlerLogs(t *testing.T) {
+	redisServer := testserver.Start(t, testserver.Config{})
+	l := mustLimiter(t, redisServer.Client(), xcloak.Options{Timeout: 300 * time.Millisecond})
+	srv, h := newServer(t, l, Options{Limits: []Limit{{Window: time.Minute, Limit: 10}}})
+	redisServer.Kill()
+	var logged strings.Builder
+	log.SetOutput(&logged)
+	defer log.SetOutput(os.Stderr)
+	resp, _ := get(t, srv.URL+"/api/x")
+	if resp.StatusCode != 500 || h.count() != 0 {
+		t.Errorf("Redis down under PolicyRaise: %d, served %d", resp.StatusCode, h.count())
+	}
+	if !strings.Contains(logged.String(), "xcloak/nethttp: GET /api/x: xcloak: no answer from the server: ") {
+		t.Errorf("logged %q", logged.String())
 	}
 }
