@@ -9,14 +9,14 @@ import (
 // Acquire waits until the request is admitted, by the server's own figure:
 // it calls Allow, and while rejected sleeps the reply's RetryAfter (plus a
 // jitter of up to Options.JitterFraction of it, never subtracted), never
-// past maxWait nor the context's deadline. It returns the admitting Result;
+// past maxWait nor the context's deadline. It returns the admitting Decision;
 // the last rejected one when the deadline comes first (or at once when the
-// request can never fit, or can't fit before the deadline); a Result of the
+// request can never fit, or can't fit before the deadline); a Decision of the
 // error policy on an outage; and the context's error when the context is
 // done while it sleeps. A cancelled wait has recorded nothing: only an
 // admission records. Each turn is a new request; no call is retried.
 // Options: WithCost, WithTiers, WithStamp.
-func (l *Limiter) Acquire(ctx context.Context, key string, window time.Duration, limit int, maxWait time.Duration, opts ...CallOption) (Result, error) {
+func (l *Limiter) Acquire(ctx context.Context, key string, window time.Duration, limit int, maxWait time.Duration, opts ...CallOption) (Decision, error) {
 	deadline := l.now().Add(maxWait)
 	if d, ok := ctx.Deadline(); ok && l.opt.Clock == nil && d.Before(deadline) {
 		deadline = d

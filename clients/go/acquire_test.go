@@ -16,7 +16,7 @@ import (
 // its context.
 func TestAcquire(t *testing.T) {
 	server := testserver.Start(t, testserver.Config{})
-	l := NewLimiter(server.Client(), Options{})
+	l := mustLimiter(t, server.Client(), Options{})
 	ctx := context.Background()
 	if r, err := l.Allow(ctx, "acq", 300*time.Millisecond, 1); err != nil || !r.Allowed {
 		t.Fatal(r, err)

@@ -28,7 +28,7 @@ type CallOption func(*call)
 func WithCost(n int) CallOption { return func(c *call) { c.cost, c.hasCost = n, true } }
 
 // WithTiers adds tiers after the positional window and limit: tier i of the
-// Result is the i-th one given here.
+// Decision is the i-th one given here.
 func WithTiers(tiers ...Tier) CallOption {
 	return func(c *call) {
 		for _, t := range tiers {
@@ -41,12 +41,12 @@ func WithTiers(tiers ...Tier) CallOption {
 	}
 }
 
-// WithStamp asks for the admission's stamp (Result.Stamp), the handle
+// WithStamp asks for the admission's stamp (Decision.Stamp), the handle
 // Refund takes.
 func WithStamp() CallOption { return func(c *call) { c.stamp = true } }
 
 // WithOldest asks a Peek for the oldest entry live in the binding tier's
-// window (OLDEST; Result.Oldest): where a moving window starts.
+// window (OLDEST; Decision.Oldest): where a moving window starts.
 func WithOldest() CallOption { return func(c *call) { c.oldest = true } }
 
 // WithNow sends NOW ms (unix milliseconds): the decision is taken at that

@@ -55,7 +55,7 @@ func TestClusterGoesStraightToTheKeysNode(t *testing.T) {
 	for _, fallback := range []Fallback{FallbackNever, FallbackAlways} {
 		name := map[Fallback]string{FallbackNever: "command", FallbackAlways: "script"}[fallback]
 		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()[:1]})
-		l := NewLimiter(rdb, Options{Fallback: fallback, Prefix: "rl:" + name + ":"})
+		l := mustLimiter(t, rdb, Options{Fallback: fallback, Prefix: "rl:" + name + ":"})
 		cluster.ResetStats()
 		admitted, vias := fillWindows(t, l, "user")
 		if admitted != clusterKeys*clusterLimit || vias[Via(name)] != clusterKeys*(clusterLimit+1) {
@@ -104,7 +104,7 @@ func TestClusterGoesStraightToTheKeysNode(t *testing.T) {
 			opt := read.opt
 			opt.Addrs = cluster.Addrs()[:1]
 			rdb := redis.NewClusterClient(&opt)
-			l := NewLimiter(rdb, Options{Fallback: fallback, Prefix: "rl:command:"})
+			l := mustLimiter(t, rdb, Options{Fallback: fallback, Prefix: "rl:command:"})
 			if fallback == FallbackAlways {
 				peekCommand = "evalsha_ro"
 				if major, _ := testserver.Version(); major < 7 {
@@ -134,7 +134,7 @@ func TestClusterGoesStraightToTheKeysNode(t *testing.T) {
 	// Durable: WAIT 1 on the key's node, after the admission's reply.
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()[:1]})
 	defer rdb.Close()
-	l := NewLimiter(rdb, Options{Durable: &Durable{Replicas: 1, Timeout: 2 * time.Second}, Prefix: "rl:durable:"})
+	l := mustLimiter(t, rdb, Options{Durable: &Durable{Replicas: 1, Timeout: 2 * time.Second}, Prefix: "rl:durable:"})
 	cluster.ResetStats()
 	for k := 0; k < 30; k++ {
 		r, err := l.Allow(ctx, fmt.Sprintf("user:%d", k), time.Minute, 1)
@@ -149,7 +149,7 @@ func TestClusterGoesStraightToTheKeysNode(t *testing.T) {
 	}
 	// Two replicas asked, one exists: not replicated. Under deny the
 	// admission is refunded; the window holds nothing.
-	l = NewLimiter(rdb, Options{Durable: &Durable{Replicas: 2, Timeout: 100 * time.Millisecond}, ErrorPolicy: PolicyDeny, Prefix: "rl:durable:"})
+	l = mustLimiter(t, rdb, Options{Durable: &Durable{Replicas: 2, Timeout: 100 * time.Millisecond}, OnError: PolicyDeny, Prefix: "rl:durable:"})
 	r, err := l.Allow(ctx, "lonely", time.Minute, 5)
 	if err != nil || r.Allowed || r.Via != ViaError || r.Err == nil {
 		t.Fatalf("not replicated under deny: %+v, %v", r, err)
@@ -167,7 +167,7 @@ func TestClusterFallbackIsPerNode(t *testing.T) {
 	bare := cluster.Nodes[2]
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()[:1]})
 	defer rdb.Close()
-	l := NewLimiter(rdb, Options{ProbeInterval: 500 * time.Millisecond})
+	l := mustLimiter(t, rdb, Options{ProbeInterval: 500 * time.Millisecond})
 	ctx := context.Background()
 	cluster.ResetStats()
 	for k := 0; k < 60; k++ {

@@ -65,9 +65,12 @@ import (
 
 func main() {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Args[1]})
-	limiter := xcloak.NewLimiter(rdb, xcloak.Options{Fallback: xcloak.FallbackNever})
-	var r xcloak.Result
-	var err error
+	limiter, err := xcloak.NewLimiter(rdb, xcloak.Options{Fallback: xcloak.FallbackNever})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dist-check:", err)
+		os.Exit(1)
+	}
+	var r xcloak.Decision
 	for try := 0; try < 50; try++ { // the server may still be starting
 		if r, err = limiter.Allow(context.Background(), "dist-check", time.Minute, 5); err == nil {
 			break

@@ -43,9 +43,13 @@
 // One call replaces both, atomic, on one key, with the figures an HTTP
 // response needs:
 //
-//	limiter := xcloak.NewLimiter(rdb, xcloak.Options{})
-//	res, err := limiter.Allow(ctx, key, time.Minute, 10) // XCLOAK.ALLOW key 60000 10 DETAILS
-//	// res.Allowed, res.Remaining, res.RetryAfter, res.ResetAfter, res.Headers(xcloak.StyleIETF)
+//	limiter, err := xcloak.NewLimiter(rdb, xcloak.Options{}) // an *Error names an option out of range
+//	d, err := limiter.Allow(ctx, key, time.Minute, 10)      // XCLOAK.ALLOW key 60000 10 DETAILS
+//	// d.Allowed, d.Remaining, d.RetryAfter, d.ResetAfter, d.Headers(xcloak.StyleIETF)
+//
+// Every duration is a time.Duration (windows, timeouts, maxWait), sent as
+// whole milliseconds; the only bare milliseconds are unix-millisecond
+// instants (WithNow, Decision.Stamp, Decision.Oldest).
 //
 // rdb is any redis.UniversalClient: a *redis.Client, a *redis.ClusterClient
 // (every call goes straight to its key's node; Peek to a replica when the
@@ -56,8 +60,8 @@
 //
 // Errors come in two kinds: *Error, the server refused the call (a bad
 // argument, WRONGTYPE, NOPERM), returned whatever the error policy; and an
-// outage or a timeout, which Options.ErrorPolicy answers: an
-// *UnavailableError, or a Result with Via == ViaError that fails open or
+// outage or a timeout, which Options.OnError answers: an
+// *UnavailableError, or a Decision with Via == ViaError that fails open or
 // closed. No call is ever sent twice once it may have reached the server.
 //
 // The contract every xcloak client follows is docs/clients.md; the

@@ -14,7 +14,7 @@ import (
 
 // Durable mode: WAIT follows the reply of each admitting call, on the same
 // connection; a rejection sends none. An allow always carries STAMP (the
-// deny path refunds by it), and the Result shows it only if asked. With
+// deny path refunds by it), and the Decision shows it only if asked. With
 // fewer replicas than asked the admission goes to the error policy
 // (ErrNotReplicated), and under PolicyDeny it is refunded. Catches: WAIT
 // pipelined behind every call (a rejection then WAITs too: with a replica
@@ -32,7 +32,7 @@ func TestDurable(t *testing.T) {
 	rec := &recorder{}
 	rdb := primary.Client()
 	rdb.AddHook(rec)
-	l := NewLimiter(rdb, Options{Durable: &Durable{Replicas: 1, Timeout: 2 * time.Second}})
+	l := mustLimiter(t, rdb, Options{Durable: &Durable{Replicas: 1, Timeout: 2 * time.Second}})
 	primary.ResetStats()
 	var stamp int64
 	for i := 0; i < 4; i++ {
@@ -77,7 +77,7 @@ func TestDurable(t *testing.T) {
 	// rejection still sends no WAIT; an admission goes to the policy.
 	for _, policy := range []ErrorPolicy{PolicyRaise, PolicyAllow, PolicyDeny} {
 		key := "lonely:" + policy.String()
-		l := NewLimiter(rdb, Options{ErrorPolicy: policy, Durable: &Durable{Replicas: 2, Timeout: 50 * time.Millisecond}})
+		l := mustLimiter(t, rdb, Options{OnError: policy, Durable: &Durable{Replicas: 2, Timeout: 50 * time.Millisecond}})
 		primary.ResetStats()
 		r, err := l.Allow(ctx, key, time.Minute, 5)
 		switch policy {
@@ -131,7 +131,7 @@ func TestDurableWaitHasItsOwnBudget(t *testing.T) {
 		if honored {
 			rdb = redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, ContextTimeoutEnabled: true})
 		}
-		l := NewLimiter(rdb, Options{Timeout: 200 * time.Millisecond, ErrorPolicy: PolicyDeny,
+		l := mustLimiter(t, rdb, Options{Timeout: 200 * time.Millisecond, OnError: PolicyDeny,
 			Durable: &Durable{Replicas: 1, Timeout: 600 * time.Millisecond}})
 		key := fmt.Sprintf("budget:%v", honored)
 		replica.Pause()

@@ -15,9 +15,11 @@ import (
 // returned whatever the error policy: a bad argument is the caller's bug,
 // and failing open on it would disable the limit silently.
 //
-// The only Errors the package makes itself are a window that is not a whole
-// number of milliseconds and a reply it cannot read; their messages start
-// with "xcloak: ".
+// The package makes Errors of its own for a configuration its constructors
+// refuse (NewLimiter, nethttp.New, ulule.NewStore, ulule.NewLimiter: the
+// option and its range are named), a window that is not a whole number of
+// milliseconds, and a reply it cannot read; their messages start with
+// "xcloak".
 type Error struct {
 	Message string
 }

@@ -35,7 +35,7 @@ func TestFallbackAutoProbesAndReprobes(t *testing.T) {
 	rdb := server.Client()
 	rdb.AddHook(rec)
 	ctx := context.Background()
-	l := NewLimiter(rdb, Options{ProbeInterval: 300 * time.Millisecond})
+	l := mustLimiter(t, rdb, Options{ProbeInterval: 300 * time.Millisecond})
 	sha := opAllow.script.Hash()
 
 	r, err := l.Allow(ctx, "auto", time.Minute, 2)
@@ -105,7 +105,7 @@ func TestFallbackNeverAndAlways(t *testing.T) {
 	rdb.AddHook(rec)
 	ctx := context.Background()
 	for _, policy := range []ErrorPolicy{PolicyRaise, PolicyAllow} {
-		l := NewLimiter(rdb, Options{Fallback: FallbackNever, ErrorPolicy: policy})
+		l := mustLimiter(t, rdb, Options{Fallback: FallbackNever, OnError: policy})
 		_, err := l.Allow(ctx, "never", time.Minute, 2)
 		var e *Error
 		if !errors.As(err, &e) || !strings.HasPrefix(e.Message, "ERR unknown command") {
@@ -113,7 +113,7 @@ func TestFallbackNeverAndAlways(t *testing.T) {
 		}
 	}
 	rec.take()
-	l := NewLimiter(rdb, Options{Fallback: FallbackAlways})
+	l := mustLimiter(t, rdb, Options{Fallback: FallbackAlways})
 	if r, err := l.Peek(ctx, "always", time.Minute, 2); err != nil || r.Via != ViaScript || !r.Allowed {
 		t.Fatalf("peek: %+v, %v", r, err)
 	}
@@ -140,7 +140,7 @@ func TestServerRepliesThatCantServe(t *testing.T) {
 	replica := testserver.Start(t, testserver.Config{Args: []string{"--replicaof", "127.0.0.1", primary.Addr()[len("127.0.0.1:"):]}})
 	ctx := context.Background()
 	for _, policy := range []ErrorPolicy{PolicyRaise, PolicyAllow, PolicyDeny} {
-		l := NewLimiter(replica.Client(), Options{ErrorPolicy: policy})
+		l := mustLimiter(t, replica.Client(), Options{OnError: policy})
 		r, err := l.Allow(ctx, "ro", time.Minute, 2)
 		checkPolicy(t, "READONLY "+policy.String(), policy, r, err)
 		if policy == PolicyAllow && !strings.HasPrefix(r.Err.Error(), "READONLY") {
@@ -150,7 +150,7 @@ func TestServerRepliesThatCantServe(t *testing.T) {
 
 	primary.Do("CONFIG", "SET", "maxmemory", "1")
 	for _, policy := range []ErrorPolicy{PolicyRaise, PolicyDeny} {
-		l := NewLimiter(primary.Client(), Options{ErrorPolicy: policy})
+		l := mustLimiter(t, primary.Client(), Options{OnError: policy})
 		r, err := l.Allow(ctx, "oom", time.Minute, 2)
 		checkPolicy(t, "OOM "+policy.String(), policy, r, err)
 	}
@@ -159,7 +159,7 @@ func TestServerRepliesThatCantServe(t *testing.T) {
 	primary.Do("ACL", "SETUSER", "reader", "on", ">pw", "~*", "+xcloak.peek")
 	reader := redis.NewClient(&redis.Options{Addr: primary.Addr(), Username: "reader", Password: "pw"})
 	defer reader.Close()
-	l := NewLimiter(reader, Options{ErrorPolicy: PolicyAllow})
+	l := mustLimiter(t, reader, Options{OnError: PolicyAllow})
 	_, err := l.Allow(ctx, "noperm", time.Minute, 2)
 	var e *Error
 	if !errors.As(err, &e) || !strings.HasPrefix(e.Message, "NOPERM") {

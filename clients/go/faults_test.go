@@ -52,7 +52,7 @@ func TestPausedServerRunsTheCallOnce(t *testing.T) {
 
 	policies := []ErrorPolicy{PolicyRaise, PolicyAllow, PolicyDeny, PolicyAllow}
 	names := []string{"raise", "allow", "deny", "allow-honoring-client"}
-	results := make([]Result, len(policies))
+	results := make([]Decision, len(policies))
 	errs := make([]error, len(policies)+1)
 	took := make([]time.Duration, len(policies))
 	server.Pause()
@@ -72,7 +72,7 @@ func TestPausedServerRunsTheCallOnce(t *testing.T) {
 		if i == 3 {
 			client = honoring
 		}
-		l := NewLimiter(client, Options{Timeout: 100 * time.Millisecond, ErrorPolicy: policy})
+		l := mustLimiter(t, client, Options{Timeout: 100 * time.Millisecond, OnError: policy})
 		if l.honored != (i == 3) {
 			t.Fatalf("ContextTimeoutEnabled read as %v", l.honored)
 		}
@@ -109,8 +109,8 @@ func TestPausedServerRunsTheCallOnce(t *testing.T) {
 }
 
 // checkPolicy: an outage under each policy. Raise: *UnavailableError (and
-// errors.Is ErrUnavailable); allow/deny: a Result Via ViaError with the cause.
-func checkPolicy(t *testing.T, where string, policy ErrorPolicy, r Result, err error) {
+// errors.Is ErrUnavailable); allow/deny: a Decision Via ViaError with the cause.
+func checkPolicy(t *testing.T, where string, policy ErrorPolicy, r Decision, err error) {
 	t.Helper()
 	switch policy {
 	case PolicyRaise:
@@ -219,7 +219,7 @@ func TestLostReplyIsNotResent(t *testing.T) {
 	for _, policy := range []ErrorPolicy{PolicyRaise, PolicyAllow, PolicyDeny} {
 		proxy := startDropProxy(t, server.Addr(), 1)
 		rdb := redis.NewClient(&redis.Options{Addr: proxy.ln.Addr().String()})
-		l := NewLimiter(rdb, Options{ErrorPolicy: policy})
+		l := mustLimiter(t, rdb, Options{OnError: policy})
 		server.ResetStats()
 		r, err := l.Allow(ctx, "lost:"+policy.String(), time.Minute, 10)
 		if ran := server.Calls("xcloak.allow"); ran != 1 || proxy.dropped.Load() != 1 {
@@ -242,7 +242,7 @@ func TestOutagesGoToThePolicyArgumentErrorsNever(t *testing.T) {
 	ctx := context.Background()
 	for _, policy := range []ErrorPolicy{PolicyRaise, PolicyAllow, PolicyDeny} {
 		rdb := server.Client()
-		l := NewLimiter(rdb, Options{ErrorPolicy: policy, Timeout: 500 * time.Millisecond})
+		l := mustLimiter(t, rdb, Options{OnError: policy, Timeout: 500 * time.Millisecond})
 
 		_, err := l.Allow(ctx, "bad", 0, 3)
 		var e *Error
@@ -281,7 +281,7 @@ func TestOutagesGoToThePolicyArgumentErrorsNever(t *testing.T) {
 	rdb := server.Client()
 	limiters := map[ErrorPolicy]*Limiter{}
 	for _, policy := range []ErrorPolicy{PolicyRaise, PolicyAllow, PolicyDeny} {
-		limiters[policy] = NewLimiter(rdb, Options{ErrorPolicy: policy})
+		limiters[policy] = mustLimiter(t, rdb, Options{OnError: policy})
 		if _, err := limiters[policy].Allow(ctx, "up", time.Minute, 10); err != nil {
 			t.Fatal(err)
 		}
@@ -315,16 +315,16 @@ func TestCancellationIsNotAnOutage(t *testing.T) {
 		defer rdb.Close()
 		for _, policy := range []ErrorPolicy{PolicyRaise, PolicyAllow, PolicyDeny} {
 			where := fmt.Sprintf("%s (ContextTimeoutEnabled %v)", policy, honoring)
-			l := NewLimiter(rdb, Options{ErrorPolicy: policy, Timeout: 300 * time.Millisecond})
-			calls := map[string]func(context.Context) (Result, error){
-				"Allow": func(ctx context.Context) (Result, error) { return l.Allow(ctx, "cancel", time.Minute, 3) },
-				"Refund": func(ctx context.Context) (Result, error) {
+			l := mustLimiter(t, rdb, Options{OnError: policy, Timeout: 300 * time.Millisecond})
+			calls := map[string]func(context.Context) (Decision, error){
+				"Allow": func(ctx context.Context) (Decision, error) { return l.Allow(ctx, "cancel", time.Minute, 3) },
+				"Refund": func(ctx context.Context) (Decision, error) {
 					_, err := l.Refund(ctx, "cancel", 1)
-					return Result{}, err
+					return Decision{}, err
 				},
-				"Reset": func(ctx context.Context) (Result, error) {
+				"Reset": func(ctx context.Context) (Decision, error) {
 					_, err := l.Reset(ctx, "cancel")
-					return Result{}, err
+					return Decision{}, err
 				},
 			}
 			for name, call := range calls {

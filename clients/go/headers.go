@@ -23,26 +23,26 @@ const (
 // Headers returns the HTTP header fields of r in the given style: with
 // names, one policy name per tier (the default is "<limit>-in-<s>s", or
 // "<limit>-in-<ms>ms" for a window that is not whole seconds). A rejection
-// with a RetryAfter above 0 adds Retry-After; a Result of the error policy
+// with a RetryAfter above 0 adds Retry-After; a Decision of the error policy
 // has no headers. Seconds are rounded up.
-func (r Result) Headers(style Style, names ...string) http.Header {
+func (r Decision) Headers(style Style, names ...string) http.Header {
 	h := http.Header{}
-	setHeaders(h, style, []Result{r}, [][]string{names}, 0)
+	setHeaders(h, style, []Decision{r}, [][]string{names}, 0)
 	return h
 }
 
 // Headers returns the header fields of an AllowAll: the policies of every
 // decision sent, in request order (names: one list per request), and the
 // legacy fields and Retry-After of the binding decision.
-func (m MultiResult) Headers(style Style, names ...[]string) http.Header {
+func (m MultiDecision) Headers(style Style, names ...[]string) http.Header {
 	h := http.Header{}
-	setHeaders(h, style, m.Results, names, m.Binding)
+	setHeaders(h, style, m.Decisions, names, m.BindingIndex)
 	return h
 }
 
 // setHeaders writes the fields of decisions (binding: the index whose legacy
 // fields and Retry-After are sent) into h.
-func setHeaders(h http.Header, style Style, decisions []Result, names [][]string, binding int) {
+func setHeaders(h http.Header, style Style, decisions []Decision, names [][]string, binding int) {
 	if len(decisions) == 0 || binding < 0 || binding >= len(decisions) {
 		return
 	}
@@ -94,7 +94,7 @@ func (p policy) name() string {
 }
 
 // policies is one policy per tier, or the binding one without tiers.
-func (r Result) policies() []policy {
+func (r Decision) policies() []policy {
 	if len(r.Tiers) == 0 {
 		return []policy{{r.Limit, r.Remaining, r.msWindow(), r.msReset()}}
 	}

@@ -3,7 +3,9 @@ package xcloak
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,10 +31,11 @@ const (
 // Durable makes an admission count only once Replicas replicas hold it:
 // WAIT Replicas Timeout is sent after the reply of each admitting Allow (and
 // of each Refund), on the connection that carried it; a rejection sends
-// none. An Allow then always carries STAMP (Result.Stamp shows it only when
+// none. An Allow then always carries STAMP (Decision.Stamp shows it only when
 // asked). Fewer acknowledgements send the admission to the error policy
 // with the cause ErrNotReplicated; under PolicyDeny it is also refunded
-// (best effort). Options.Timeout bounds the call and its WAIT together.
+// (best effort). A durable admission takes at most Options.Timeout +
+// Durable.Timeout: the call has the Limiter's timeout, and WAIT its own.
 type Durable struct {
 	Replicas int
 	Timeout  time.Duration
@@ -49,8 +52,9 @@ type Clock interface {
 type Options struct {
 	// Prefix is put before every key (default none).
 	Prefix string
-	// ErrorPolicy answers outages and timeouts (default PolicyRaise).
-	ErrorPolicy ErrorPolicy
+	// OnError is the error policy: how outages and timeouts are answered
+	// (default PolicyRaise). Argument and configuration errors never reach it.
+	OnError ErrorPolicy
 	// Timeout bounds each call, whatever the client's own socket timeouts
 	// (default 1 s; -1: none but the client's and the context's).
 	Timeout time.Duration
@@ -82,7 +86,20 @@ type Limiter struct {
 	nodes   nodes
 }
 
-// NewLimiter returns a Limiter on rdb.
+// NewLimiter returns a Limiter on rdb, or an *Error naming the option that
+// is out of range (checked here, once, never at a call and never through
+// the error policy):
+//
+//   - rdb must not be nil;
+//   - OnError is PolicyRaise, PolicyAllow or PolicyDeny; Fallback is
+//     FallbackAuto, FallbackAlways or FallbackNever;
+//   - Timeout is above 0 (0: the default 1 s; -1: none but the client's and
+//     the context's); ProbeInterval is 0 (the default 60 s) or above;
+//   - JitterFraction is from 0 to 1 (0: the default 0.1; -1: none);
+//   - Durable: Replicas from 1, Timeout a whole number of milliseconds from
+//     1 ms (WAIT's 0 would block for ever), and rdb a *redis.Client,
+//     *redis.ClusterClient or *redis.Ring (WAIT follows the write on its
+//     connection).
 //
 // Its calls are never sent twice by go-redis once they may have reached
 // the server (they are NoRetry commands: MaxRetries and the cluster's
@@ -92,18 +109,21 @@ type Limiter struct {
 // client applies no context deadline to its sockets, so each call then runs
 // in a goroutine of its own and the caller is answered at the deadline:
 // about twice the client CPU per call (clients/go/README.md, Benchmarks).
-func NewLimiter(rdb redis.UniversalClient, opt Options) *Limiter {
+func NewLimiter(rdb redis.UniversalClient, opt Options) (*Limiter, error) {
+	if err := opt.check(rdb); err != nil {
+		return nil, err
+	}
 	if opt.Timeout == 0 {
 		opt.Timeout = time.Second
 	}
-	if opt.ProbeInterval <= 0 {
+	if opt.ProbeInterval == 0 {
 		opt.ProbeInterval = time.Minute
 	}
 	l := &Limiter{rdb: rdb, opt: opt, jitter: opt.JitterFraction}
-	switch {
-	case opt.JitterFraction == 0:
+	switch opt.JitterFraction {
+	case 0:
 		l.jitter = 0.1
-	case opt.JitterFraction < 0:
+	case -1:
 		l.jitter = 0
 	}
 	switch c := rdb.(type) {
@@ -114,7 +134,46 @@ func NewLimiter(rdb redis.UniversalClient, opt Options) *Limiter {
 	case *redis.Ring:
 		l.honored = c.Options().ContextTimeoutEnabled
 	}
-	return l
+	return l, nil
+}
+
+// check refuses an Options (and a client) NewLimiter can't run with.
+func (opt Options) check(rdb redis.UniversalClient) error {
+	refuse := func(format string, args ...interface{}) error {
+		return &Error{Message: "xcloak: NewLimiter: " + fmt.Sprintf(format, args...)}
+	}
+	if v := reflect.ValueOf(rdb); rdb == nil || (v.Kind() == reflect.Pointer && v.IsNil()) {
+		return refuse("rdb must be a go-redis client, not nil")
+	}
+	if opt.OnError < PolicyRaise || opt.OnError > PolicyDeny {
+		return refuse("Options.OnError must be PolicyRaise, PolicyAllow or PolicyDeny, not %d", int(opt.OnError))
+	}
+	if opt.Fallback < FallbackAuto || opt.Fallback > FallbackNever {
+		return refuse("Options.Fallback must be FallbackAuto, FallbackAlways or FallbackNever, not %d", int(opt.Fallback))
+	}
+	if opt.Timeout < 0 && opt.Timeout != -1 {
+		return refuse("Options.Timeout must be above 0 (0: the default 1s; -1: none), not %v", opt.Timeout)
+	}
+	if opt.ProbeInterval < 0 {
+		return refuse("Options.ProbeInterval must be 0 (the default 60s) or above, not %v", opt.ProbeInterval)
+	}
+	if f := opt.JitterFraction; f != -1 && !(f >= 0 && f <= 1) {
+		return refuse("Options.JitterFraction must be from 0 to 1 (0: the default 0.1; -1: none), not %v", f)
+	}
+	if d := opt.Durable; d != nil {
+		if d.Replicas < 1 {
+			return refuse("Durable.Replicas must be 1 or more, not %d", d.Replicas)
+		}
+		if d.Timeout < time.Millisecond || d.Timeout%time.Millisecond != 0 {
+			return refuse("Durable.Timeout must be a whole number of milliseconds from 1ms (WAIT 0 blocks for ever), not %v", d.Timeout)
+		}
+		switch rdb.(type) {
+		case *redis.Client, *redis.ClusterClient, *redis.Ring:
+		default:
+			return refuse("Options.Durable needs a *redis.Client, *redis.ClusterClient or *redis.Ring (WAIT follows the write on its connection), not %T", rdb)
+		}
+	}
+	return nil
 }
 
 // Allow records one request against key if it fits: at most limit units
@@ -124,10 +183,10 @@ func NewLimiter(rdb redis.UniversalClient, opt Options) *Limiter {
 //	res, err := limiter.Allow(ctx, "user:42", time.Minute, 100)
 //	if err != nil { ... }        // *Error (a refused argument) or, under PolicyRaise, *UnavailableError
 //	if !res.Allowed { ... }      // 429, Retry-After: res.RetryAfter
-func (l *Limiter) Allow(ctx context.Context, key string, window time.Duration, limit int, opts ...CallOption) (Result, error) {
+func (l *Limiter) Allow(ctx context.Context, key string, window time.Duration, limit int, opts ...CallOption) (Decision, error) {
 	c := l.newCall(key, window, limit, opts)
 	if c.oldest {
-		return Result{}, &Error{Message: "xcloak: Allow takes no oldest (WithOldest is Peek's)"}
+		return Decision{}, &Error{Message: "xcloak: Allow takes no oldest (WithOldest is Peek's)"}
 	}
 	return l.allow(ctx, c, true)
 }
@@ -136,29 +195,29 @@ func (l *Limiter) Allow(ctx context.Context, key string, window time.Duration, l
 // client reads from replicas (ClusterClient with ReadOnly, RouteByLatency
 // or RouteRandomly; NewFailoverClusterClient with ReplicaOnly...), a replica
 // answers it. Options: WithCost, WithTiers, WithNow, WithOldest (then
-// Result.Oldest is where the binding tier's moving window starts).
-func (l *Limiter) Peek(ctx context.Context, key string, window time.Duration, limit int, opts ...CallOption) (Result, error) {
+// Decision.Oldest is where the binding tier's moving window starts).
+func (l *Limiter) Peek(ctx context.Context, key string, window time.Duration, limit int, opts ...CallOption) (Decision, error) {
 	c := l.newCall(key, window, limit, opts)
 	if c.stamp {
-		return Result{}, &Error{Message: "xcloak: Peek takes no stamp (WithStamp)"}
+		return Decision{}, &Error{Message: "xcloak: Peek takes no stamp (WithStamp)"}
 	}
 	return l.peek(ctx, c)
 }
 
-func (l *Limiter) peek(ctx context.Context, c *call) (Result, error) {
+func (l *Limiter) peek(ctx context.Context, c *call) (Decision, error) {
 	if c.err != nil {
-		return Result{}, c.err
+		return Decision{}, c.err
 	}
 	out, err := l.exec(ctx, c.key, opPeek, c.args(false), false)
 	if err != nil {
 		return l.policy(ctx, err, c.limit, c.windowMs)
 	}
-	r, err := parseResult(out.reply, c.windowMs, len(c.tiers) > 0, false, c.oldest)
+	r, err := parseDecision(out.reply, c.windowMs, len(c.tiers) > 0, false, c.oldest)
 	r.Via = out.via
 	return r, err
 }
 
-// Refund removes an admission by its stamp (Result.Stamp): cost entries
+// Refund removes an admission by its stamp (Decision.Stamp): cost entries
 // (WithCost; default 1) recorded at that stamp, if they are still in the
 // window. It returns how many it removed. An outage returns an
 // *UnavailableError whatever the policy: the admission then stays, and the
@@ -219,9 +278,9 @@ func (l *Limiter) newCall(key string, window time.Duration, limit int, opts []Ca
 
 // allow sends c; withPolicy applies the error policy to an outage
 // (AllowAll applies it once for the whole call).
-func (l *Limiter) allow(ctx context.Context, c *call, withPolicy bool) (Result, error) {
+func (l *Limiter) allow(ctx context.Context, c *call, withPolicy bool) (Decision, error) {
 	if c.err != nil {
-		return Result{}, c.err
+		return Decision{}, c.err
 	}
 	windowMs := c.windowMs
 	durable := l.opt.Durable != nil
@@ -232,19 +291,19 @@ func (l *Limiter) allow(ctx context.Context, c *call, withPolicy bool) (Result, 
 	out, err := l.exec(ctx, c.key, opAllow, c.args(true), true)
 	if err != nil {
 		if !withPolicy {
-			return Result{}, classify(ctx, err)
+			return Decision{}, classify(ctx, err)
 		}
 		return l.policy(ctx, err, c.limit, windowMs)
 	}
-	r, err := parseResult(out.reply, windowMs, len(c.tiers) > 0, c.stamp, false)
+	r, err := parseDecision(out.reply, windowMs, len(c.tiers) > 0, c.stamp, false)
 	if err != nil {
-		return Result{}, err
+		return Decision{}, err
 	}
 	r.Via = out.via
 	if durable && r.Allowed && out.acked < int64(l.opt.Durable.Replicas) {
 		// Acknowledged by fewer replicas than asked: a failover could lose
 		// it, so it is not reported as a plain success.
-		if l.opt.ErrorPolicy == PolicyDeny {
+		if l.opt.OnError == PolicyDeny {
 			l.refundBestEffort(ctx, c.key, r.Stamp, c.cost, c.hasCost)
 		}
 		notReplicated := &UnavailableError{Cause: ErrNotReplicated}
@@ -260,19 +319,19 @@ func (l *Limiter) allow(ctx context.Context, c *call, withPolicy bool) (Result, 
 }
 
 // policy answers an outage by the error policy; a refusal is returned as is.
-func (l *Limiter) policy(ctx context.Context, err error, limit int, windowMs int64) (Result, error) {
+func (l *Limiter) policy(ctx context.Context, err error, limit int, windowMs int64) (Decision, error) {
 	err = classify(ctx, err)
 	var unavailable *UnavailableError
 	if !errors.As(err, &unavailable) {
-		return Result{}, err
+		return Decision{}, err
 	}
-	switch l.opt.ErrorPolicy {
+	switch l.opt.OnError {
 	case PolicyAllow:
-		return policyResult(true, limit, windowMs, unavailable.Cause), nil
+		return policyDecision(true, limit, windowMs, unavailable.Cause), nil
 	case PolicyDeny:
-		return policyResult(false, limit, windowMs, unavailable.Cause), nil
+		return policyDecision(false, limit, windowMs, unavailable.Cause), nil
 	}
-	return Result{}, err
+	return Decision{}, err
 }
 
 // now is the Limiter's time: its Clock's, or the wall clock.

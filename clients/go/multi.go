@@ -3,30 +3,23 @@ package xcloak
 import (
 	"context"
 	"errors"
-	"time"
 )
 
-// MultiResult is the decision of AllowAll.
-type MultiResult struct {
+// MultiDecision is the decision of AllowAll.
+type MultiDecision struct {
 	// Allowed: every request was admitted.
 	Allowed bool
-	// Results has one Result per request sent, in order; a refunded
-	// request's Result still shows its own admission.
-	Results []Result
+	// Decisions has one Decision per request sent, in order; a refunded
+	// request's Decision still shows its own admission.
+	Decisions []Decision
 	// Rejected is the index of the request that was rejected, or -1.
 	Rejected int
-	// Binding is the index of the Result that speaks for the call: the
-	// rejected one, or when all were admitted the one with the fewest
-	// Remaining (ties: the earliest).
-	Binding int
-}
-
-// RetryAfter is the binding Result's RetryAfter.
-func (m MultiResult) RetryAfter() time.Duration {
-	if m.Binding < 0 || m.Binding >= len(m.Results) {
-		return 0
-	}
-	return m.Results[m.Binding].RetryAfter
+	// Binding is the Decision that speaks for the call (its RetryAfter is
+	// the call's): the rejected one, or when all were admitted the one with
+	// the fewest Remaining (ties: the earliest).
+	Binding Decision
+	// BindingIndex is Binding's index in Decisions.
+	BindingIndex int
 }
 
 // AllowAll admits one request against several identities on different keys
@@ -38,14 +31,14 @@ func (m MultiResult) RetryAfter() time.Duration {
 // more than it will, for one round trip (conservative). An outage at request
 // j refunds 0..j-1 (best effort), then applies the error policy once for the
 // whole call: PolicyRaise returns the *UnavailableError; PolicyAllow and
-// PolicyDeny return the Results received before the outage followed by the
-// policy's Result for request j (its tier 0, Via ViaError), which is the
+// PolicyDeny return the Decisions received before the outage followed by the
+// policy's Decision for request j (its tier 0, Via ViaError), which is the
 // Binding one, with Allowed by the policy and Rejected j under PolicyDeny
 // (-1 under PolicyAllow). Options: WithNow.
-func (l *Limiter) AllowAll(ctx context.Context, requests []Request, opts ...CallOption) (MultiResult, error) {
-	m := MultiResult{Rejected: -1, Results: make([]Result, 0, len(requests))}
+func (l *Limiter) AllowAll(ctx context.Context, requests []Request, opts ...CallOption) (MultiDecision, error) {
+	m := MultiDecision{Rejected: -1, Decisions: make([]Decision, 0, len(requests))}
 	undo := func() {
-		for i, r := range m.Results {
+		for i, r := range m.Decisions {
 			req := requests[i]
 			l.refundBestEffort(ctx, l.opt.Prefix+req.Key, r.Stamp, req.Cost, req.Cost != 0)
 		}
@@ -64,35 +57,38 @@ func (l *Limiter) AllowAll(ctx context.Context, requests []Request, opts ...Call
 			undo()
 			var unavailable *UnavailableError
 			if !errors.As(err, &unavailable) {
-				return MultiResult{}, err
+				return MultiDecision{}, err
 			}
 			res, err := l.policy(ctx, err, req.Limit, call.windowMs)
 			if err != nil {
-				return MultiResult{}, err
+				return MultiDecision{}, err
 			}
-			// The Results received, then the policy's for request j (its tier
+			// The Decisions received, then the policy's for request j (its tier
 			// 0), which binds; under PolicyDeny, j is the rejected one.
-			m.Results = append(m.Results, res)
-			m.Allowed, m.Binding = res.Allowed, j
+			m.Decisions = append(m.Decisions, res)
+			m.Allowed, m.Binding, m.BindingIndex = res.Allowed, res, j
 			if !res.Allowed {
 				m.Rejected = j
 			}
 			return m, nil
 		}
-		m.Results = append(m.Results, r)
+		m.Decisions = append(m.Decisions, r)
 		if !r.Allowed {
-			m.Results = m.Results[:j]
+			m.Decisions = m.Decisions[:j]
 			undo()
-			m.Results = append(m.Results, r)
-			m.Rejected, m.Binding = j, j
+			m.Decisions = append(m.Decisions, r)
+			m.Rejected, m.Binding, m.BindingIndex = j, r, j
 			return m, nil
 		}
 	}
 	m.Allowed = true
-	for i, r := range m.Results {
-		if r.Remaining < m.Results[m.Binding].Remaining {
-			m.Binding = i
+	for i, r := range m.Decisions {
+		if r.Remaining < m.Decisions[m.BindingIndex].Remaining {
+			m.BindingIndex = i
 		}
+	}
+	if len(m.Decisions) > 0 {
+		m.Binding = m.Decisions[m.BindingIndex]
 	}
 	return m, nil
 }

@@ -21,7 +21,7 @@ func TestRingShardsAndPerShardFallback(t *testing.T) {
 	without := testserver.Start(t, testserver.Config{NoModule: true})
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": with.Addr(), "b": without.Addr()}})
 	defer ring.Close()
-	l := NewLimiter(ring, Options{})
+	l := mustLimiter(t, ring, Options{})
 	ctx := context.Background()
 	vias := map[Via]int{}
 	for k := 0; k < 100; k++ {
@@ -58,13 +58,13 @@ func TestRingShardsAndPerShardFallback(t *testing.T) {
 }
 
 // AllowAll with the second key's shard paused past the Limiter's timeout.
-// Under PolicyAllow and PolicyDeny the MultiResult holds the Result received
+// Under PolicyAllow and PolicyDeny the MultiDecision holds the Decision received
 // for request 0 (its admission), then the policy's for request 1 (request
 // 1's tier 0: its limit and window), which binds; Allowed is the policy's,
 // Rejected is 1 under deny and -1 under allow, and there are no headers.
 // Under every policy request 0's admission is refunded on its own shard.
-// Catches: the policy's Result built from request 0's limit, the received
-// Results dropped, Rejected left -1 under deny, no refund.
+// Catches: the policy's Decision built from request 0's limit, the received
+// Decisions dropped, Rejected left -1 under deny, no refund.
 func TestAllowAllOutage(t *testing.T) {
 	a := testserver.Start(t, testserver.Config{})
 	b := testserver.Start(t, testserver.Config{})
@@ -84,7 +84,7 @@ func TestAllowAllOutage(t *testing.T) {
 		}
 	}
 	for _, policy := range []ErrorPolicy{PolicyRaise, PolicyAllow, PolicyDeny} {
-		l := NewLimiter(ring, Options{ErrorPolicy: policy, Timeout: 200 * time.Millisecond})
+		l := mustLimiter(t, ring, Options{OnError: policy, Timeout: 200 * time.Millisecond})
 		first, _ := keyOn(a, "first:"+policy.String()+":")
 		second, shard := keyOn(b, "second:"+policy.String()+":")
 		if err := shard.Ping(ctx).Err(); err != nil {
@@ -110,18 +110,18 @@ func TestAllowAllOutage(t *testing.T) {
 		if policy == PolicyDeny {
 			rejected = 1
 		}
-		if err != nil || m.Allowed != (policy == PolicyAllow) || m.Rejected != rejected || m.Binding != 1 || len(m.Results) != 2 {
+		if err != nil || m.Allowed != (policy == PolicyAllow) || m.Rejected != rejected || m.BindingIndex != 1 || m.Binding.Via != ViaError || len(m.Decisions) != 2 {
 			t.Fatalf("%s: %+v, %v", policy, m, err)
 		}
-		if r := m.Results[0]; !r.Allowed || r.Via != ViaCommand || r.Limit != 5 || r.Remaining != 4 || r.Window != time.Minute || !r.HasStamp() {
-			t.Errorf("%s: request 0's Result %+v", policy, r)
+		if r := m.Decisions[0]; !r.Allowed || r.Via != ViaCommand || r.Limit != 5 || r.Remaining != 4 || r.Window != time.Minute || !r.HasStamp() {
+			t.Errorf("%s: request 0's Decision %+v", policy, r)
 		}
-		if r := m.Results[1]; r.Via != ViaError || r.Err == nil || r.Allowed != m.Allowed || r.Limit != 7 || r.Window != 2*time.Minute ||
+		if r := m.Decisions[1]; r.Via != ViaError || r.Err == nil || r.Allowed != m.Allowed || r.Limit != 7 || r.Window != 2*time.Minute ||
 			r.Remaining != 0 || r.Tier != 0 || len(r.Tiers) != 0 || r.HasStamp() {
-			t.Errorf("%s: request 1's Result %+v", policy, r)
+			t.Errorf("%s: request 1's Decision %+v", policy, r)
 		}
-		if m.RetryAfter() != 0 || len(m.Headers(StyleBoth)) != 0 {
-			t.Errorf("%s: retry after %v, headers %v", policy, m.RetryAfter(), m.Headers(StyleBoth))
+		if m.Binding.RetryAfter != 0 || len(m.Headers(StyleBoth)) != 0 {
+			t.Errorf("%s: retry after %v, headers %v", policy, m.Binding.RetryAfter, m.Headers(StyleBoth))
 		}
 	}
 }

@@ -20,7 +20,7 @@ func TestSentinel(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testserver.MasterName, SentinelAddrs: s.SentinelAddrs()})
 	defer rdb.Close()
-	l := NewLimiter(rdb, Options{})
+	l := mustLimiter(t, rdb, Options{})
 	for i := 0; i < 2; i++ {
 		r, err := l.Allow(ctx, "sentinel", time.Minute, 3)
 		if err != nil || !r.Allowed || r.Remaining != 2-i || r.Via != ViaCommand {
@@ -36,7 +36,7 @@ func TestSentinel(t *testing.T) {
 		MasterName: testserver.MasterName, SentinelAddrs: s.SentinelAddrs(), ReplicaOnly: true,
 	})
 	defer reads.Close()
-	peeks := NewLimiter(reads, Options{})
+	peeks := mustLimiter(t, reads, Options{})
 	for _, n := range append(s.Replicas, s.Primary) {
 		n.ResetStats()
 	}

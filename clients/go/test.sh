@@ -5,7 +5,8 @@
 # middleware over loopback, Redis Cluster, Sentinel, Ring, faults (paused,
 # stopped, lost replies) and durable mode, against real servers it starts
 # ($XCLOAK_SERVER, default redis-server; the module at $XCLOAK_MODULE).
-# Then the fault, vector and cluster tests again on the newest go-redis
+# Then compat/ (its own module: go-redis/redis_rate v10 beside xcloak, the
+# README's field-by-field mapping), and the fault, vector and cluster tests again on the newest go-redis
 # served (testdata/go-redis-latest.mod): go.mod holds the oldest the package
 # supports (9.19.0, the first with Cmder.NoRetry), which is what it needs.
 #
@@ -35,6 +36,8 @@ done
 
 echo "== clients/go: go test ./... ($version, go-redis $(grep -m1 'redis/go-redis/v9 ' go.mod | awk '{print $2}'))"
 "$go" test -count=1 -timeout 15m ./...
+echo "== clients/go: compat (redis_rate side by side, a module of its own)"
+(cd compat && "$go" test -count=1 -timeout 5m ./...)
 latest=$(grep -m1 'redis/go-redis/v9 ' testdata/go-redis-latest.mod | awk '{print $2}')
 echo "== clients/go: faults, vectors and cluster on go-redis $latest"
 "$go" test -count=1 -timeout 10m -modfile=testdata/go-redis-latest.mod \

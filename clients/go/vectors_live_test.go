@@ -95,7 +95,7 @@ func (v *vectorRun) limiter(opt Options) *Limiter {
 	} else {
 		opt.Fallback = FallbackNever
 	}
-	return NewLimiter(v.rdb, opt)
+	return mustLimiter(v.t, v.rdb, opt)
 }
 
 // expected is the command a vector's call sends: as written through the
@@ -190,7 +190,7 @@ func (v *vectorRun) runCase(vc vectorCase) {
 		where := fmt.Sprintf("%s step %d (%s, via %s)", vc.Name, i, s.Op, v.via)
 		switch s.Op {
 		case "allow", "peek":
-			var r Result
+			var r Decision
 			var err error
 			switch {
 			case s.Op == "allow" && fits(s.Window, s.Tiers):
@@ -209,7 +209,7 @@ func (v *vectorRun) runCase(vc vectorCase) {
 			if r.Via != v.via {
 				t.Errorf("%s: via %s", where, r.Via)
 			}
-			checkResult(t, where, r, *s.Decision)
+			checkDecision(t, where, r, *s.Decision)
 			checkOldest(t, where, r, s)
 			names := s.names()
 			checkAllHeaders(t, where, s.Headers, func(style Style) http.Header { return r.Headers(style, names...) })
@@ -293,7 +293,7 @@ func (v *vectorRun) runAcquire(where string, s step) {
 	if !reflect.DeepEqual(clock.sleeps, sleeps) {
 		t.Errorf("%s: slept %v, want %v", where, clock.sleeps, sleeps)
 	}
-	checkResult(t, where, r, *s.Decision)
+	checkDecision(t, where, r, *s.Decision)
 	outcome := "deadline"
 	if r.Allowed {
 		outcome = "admitted"
@@ -331,13 +331,13 @@ func (v *vectorRun) runAllowAll(where string, l *Limiter, s step) {
 	if s.Rejected != nil {
 		rejected = *s.Rejected
 	}
-	if m.Allowed != *s.Allowed || m.Rejected != rejected || m.Binding != s.Binding || len(m.Results) != len(s.Decisions) {
+	if m.Allowed != *s.Allowed || m.Rejected != rejected || len(m.Decisions) != len(s.Decisions) || m.BindingIndex != s.Binding || !reflect.DeepEqual(m.Binding, m.Decisions[m.BindingIndex]) {
 		t.Errorf("%s: allowed %v rejected %d binding %d (%d results), want %v %d %d (%d)", where,
-			m.Allowed, m.Rejected, m.Binding, len(m.Results), *s.Allowed, rejected, s.Binding, len(s.Decisions))
+			m.Allowed, m.Rejected, m.BindingIndex, len(m.Decisions), *s.Allowed, rejected, s.Binding, len(s.Decisions))
 		return
 	}
 	for j, d := range s.Decisions {
-		checkResult(t, fmt.Sprintf("%s decision %d", where, j), m.Results[j], d)
+		checkDecision(t, fmt.Sprintf("%s decision %d", where, j), m.Decisions[j], d)
 	}
 	names := s.requestNames()
 	checkAllHeaders(t, where, s.Headers, func(style Style) http.Header { return m.Headers(style, names...) })
@@ -346,7 +346,7 @@ func (v *vectorRun) runAllowAll(where string, l *Limiter, s step) {
 // TestVectorsLive runs every vector (but the raw steps) through the
 // Limiter: against a server with the module (via command) and one without
 // it (via the script), comparing the commands sent (a go-redis hook), the
-// Results, the headers of both styles, the errors (an *Error with the
+// Decisions, the headers of both styles, the errors (an *Error with the
 // server's text), acquire's sleeps on a virtual clock and AllowAll's calls.
 // Catches: an argument in the wrong order, a lost TIER, STAMP not asked,
 // a server error swallowed or retyped, a refund of the wrong stamp or cost,

@@ -1,7 +1,7 @@
 package xcloak
 
 // The conformance vectors (clients/conformance/vectors.json) drive the pure
-// core here without a server: reply -> Result, Result -> headers, the
+// core here without a server: reply -> Decision, Decision -> headers, the
 // canonical command, and acquire's plan. vectors_live_test.go runs every
 // vector again through the Limiter against live servers.
 
@@ -160,11 +160,11 @@ func (s step) requestNames() [][]string {
 	return names
 }
 
-// checkResult compares a Result with a vector's Decision, after mapping the
+// checkDecision compares a Decision with a vector's Decision, after mapping the
 // milliseconds onto Durations (saturated at Duration's maximum).
-func checkResult(t *testing.T, where string, got Result, want vectorDecision) {
+func checkDecision(t *testing.T, where string, got Decision, want vectorDecision) {
 	t.Helper()
-	expect := Result{
+	expect := Decision{
 		Allowed: want.Allowed, Limit: want.Limit, Remaining: want.Remaining,
 		RetryAfter: duration(num(want.RetryAfterMs)), ResetAfter: duration(num(want.ResetAfterMs)),
 		CostExceedsLimit: want.CostExceedsLimit, Window: duration(num(want.WindowMs)), Tier: want.Tier, Stamp: -1,
@@ -173,12 +173,12 @@ func checkResult(t *testing.T, where string, got Result, want vectorDecision) {
 		expect.Stamp = num(*want.Stamp)
 	}
 	for _, tr := range want.Tiers {
-		expect.Tiers = append(expect.Tiers, TierResult{
+		expect.Tiers = append(expect.Tiers, TierState{
 			Window: duration(num(tr.WindowMs)), Limit: tr.Limit, Remaining: tr.Remaining,
 			RetryAfter: duration(num(tr.RetryAfterMs)), ResetAfter: duration(num(tr.ResetAfterMs)),
 		})
 	}
-	public := func(r Result) string {
+	public := func(r Decision) string {
 		var tiers []string
 		for _, tr := range r.Tiers {
 			tiers = append(tiers, fmt.Sprintf("{%d %d %d %d %d}", tr.Window, tr.Limit, tr.Remaining, tr.RetryAfter, tr.ResetAfter))
@@ -244,9 +244,9 @@ func (s step) call() *call {
 	return c
 }
 
-// checkOldest compares Result.Oldest with a peek step's oldest_ms (null:
+// checkOldest compares Decision.Oldest with a peek step's oldest_ms (null:
 // -1); a step that did not ask must get -1.
-func checkOldest(t *testing.T, where string, got Result, s step) {
+func checkOldest(t *testing.T, where string, got Decision, s step) {
 	t.Helper()
 	want := int64(-1)
 	if s.Oldest && s.OldestMs != nil {
@@ -294,12 +294,12 @@ func TestVectorsPure(t *testing.T) {
 				if s.Error != nil {
 					continue
 				}
-				r, err := parseResult(goReply(s.Reply), c.windowMs, len(c.tiers) > 0, c.stamp, c.oldest)
+				r, err := parseDecision(goReply(s.Reply), c.windowMs, len(c.tiers) > 0, c.stamp, c.oldest)
 				if err != nil {
 					t.Errorf("%s: %v", where, err)
 					continue
 				}
-				checkResult(t, where, r, *s.Decision)
+				checkDecision(t, where, r, *s.Decision)
 				checkOldest(t, where, r, s)
 				names := s.names()
 				checkAllHeaders(t, where, s.Headers, func(style Style) http.Header { return r.Headers(style, names...) })
@@ -322,8 +322,8 @@ func TestVectorsPure(t *testing.T) {
 				testAcquirePlan(t, where, s)
 			case "allow_all":
 				steps++
-				var m MultiResult
-				m.Rejected, m.Binding = -1, s.Binding
+				var m MultiDecision
+				m.Rejected, m.BindingIndex = -1, s.Binding
 				if s.Rejected != nil {
 					m.Rejected = *s.Rejected
 				}
@@ -333,12 +333,12 @@ func TestVectorsPure(t *testing.T) {
 					if got := commandLine("XCLOAK.ALLOW", c.key, c.args(true)); !reflect.DeepEqual(got, s.Calls[j].Command) {
 						t.Errorf("%s call %d:\n got  %q\n want %q", where, j, got, s.Calls[j].Command)
 					}
-					r, err := parseResult(goReply(s.Calls[j].Reply), c.windowMs, len(c.tiers) > 0, true, false)
+					r, err := parseDecision(goReply(s.Calls[j].Reply), c.windowMs, len(c.tiers) > 0, true, false)
 					if err != nil {
 						t.Fatalf("%s call %d: %v", where, j, err)
 					}
-					checkResult(t, fmt.Sprintf("%s decision %d", where, j), r, s.Decisions[j])
-					m.Results = append(m.Results, r)
+					checkDecision(t, fmt.Sprintf("%s decision %d", where, j), r, s.Decisions[j])
+					m.Decisions = append(m.Decisions, r)
 				}
 				names := s.requestNames()
 				checkAllHeaders(t, where, s.Headers, func(style Style) http.Header { return m.Headers(style, names...) })
@@ -367,7 +367,7 @@ func testAcquirePlan(t *testing.T, where string, s step) {
 	}
 	c := vectorCall(s.Key, s.Window, s.Limit, s.Tiers, s.Cost, nil, false)
 	for j, call := range s.Calls {
-		r, err := parseResult(goReply(call.Reply), c.windowMs, len(c.tiers) > 0, false, false)
+		r, err := parseDecision(goReply(call.Reply), c.windowMs, len(c.tiers) > 0, false, false)
 		if err != nil {
 			t.Fatalf("%s call %d: %v", where, j, err)
 		}
@@ -410,7 +410,7 @@ func TestDurationSaturates(t *testing.T) {
 			t.Errorf("duration(%d ms) = %d, want %d", ms, got, want)
 		}
 	}
-	r, err := parseResult([]interface{}{int64(0), int64(2), int64(0), int64(9007199254740989), int64(9007199254740990)}, 9007199254740991, false, false, false)
+	r, err := parseDecision([]interface{}{int64(0), int64(2), int64(0), int64(9007199254740989), int64(9007199254740990)}, 9007199254740991, false, false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,21 +418,21 @@ func TestDurationSaturates(t *testing.T) {
 		t.Errorf("not saturated: %+v", r)
 	}
 	if h := r.Headers(StyleBoth); h.Get("Retry-After") != "9007199254741" || h.Get("RateLimit-Policy") != `"2-in-9007199254740991ms";q=2;w=9007199254741` {
-		t.Errorf("headers of a saturated Result: %v", h)
+		t.Errorf("headers of a saturated Decision: %v", h)
 	}
 }
 
-// TestHandBuiltResultHeaders: a Result made by hand (no reply behind it)
+// TestHandBuiltResultHeaders: a Decision made by hand (no reply behind it)
 // gets its headers from its Durations, rounded up.
 func TestHandBuiltResultHeaders(t *testing.T) {
-	r := Result{Allowed: false, Limit: 3, Remaining: 0, RetryAfter: 1500 * time.Millisecond, ResetAfter: 59001 * time.Millisecond, Window: time.Minute, Stamp: -1}
+	r := Decision{Allowed: false, Limit: 3, Remaining: 0, RetryAfter: 1500 * time.Millisecond, ResetAfter: 59001 * time.Millisecond, Window: time.Minute, Stamp: -1}
 	h := r.Headers(StyleBoth)
 	want := map[string]string{
 		"RateLimit-Policy": `"3-in-60s";q=3;w=60`, "RateLimit": `"3-in-60s";r=0;t=60`,
 		"RateLimit-Limit": "3", "RateLimit-Remaining": "0", "RateLimit-Reset": "60", "Retry-After": "2",
 	}
 	checkHeaders(t, "hand-built", h, want)
-	if h := policyResult(true, 3, 60000, fmt.Errorf("down")).Headers(StyleBoth); len(h) != 0 {
-		t.Errorf("a Result of the error policy has headers: %v", h)
+	if h := policyDecision(true, 3, 60000, fmt.Errorf("down")).Headers(StyleBoth); len(h) != 0 {
+		t.Errorf("a Decision of the error policy has headers: %v", h)
 	}
 }

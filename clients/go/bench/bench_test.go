@@ -29,7 +29,7 @@ import (
 
 const identities = 1000
 
-// BenchmarkOverhead: per call, Limiter.Allow (reply parsed into a Result,
+// BenchmarkOverhead: per call, Limiter.Allow (reply parsed into a Decision,
 // NoRetry, the Limiter's timeout) against rdb.Do of the same XCLOAK.ALLOW
 // ... DETAILS, in alternating blocks of 100 calls. Reported: wall ns per
 // call of each and their ratio, and the client's CPU (this process's
@@ -52,7 +52,10 @@ func BenchmarkOverhead(b *testing.B) {
 			opt.Addr = server.Addr()
 			rdb := redis.NewClient(&opt)
 			defer rdb.Close()
-			l := xcloak.NewLimiter(rdb, xcloak.Options{Fallback: xcloak.FallbackNever})
+			l, err := xcloak.NewLimiter(rdb, xcloak.Options{Fallback: xcloak.FallbackNever})
+			if err != nil {
+				b.Fatal(err)
+			}
 			ctx := context.Background()
 			server.Do("FLUSHALL")
 			var wall, cpu [2]time.Duration // 0: raw, 1: limiter
@@ -150,7 +153,11 @@ func BenchmarkServerCost(b *testing.B) {
 						if c.name == "xcloak-script" {
 							fallback = xcloak.FallbackAlways
 						}
-						_, err := xcloak.NewLimiter(rdb, xcloak.Options{Fallback: fallback, Prefix: "rl:"}).Allow(ctx, id, time.Minute, limit)
+						l, err := xcloak.NewLimiter(rdb, xcloak.Options{Fallback: fallback, Prefix: "rl:"})
+						if err != nil {
+							return err
+						}
+						_, err = l.Allow(ctx, id, time.Minute, limit)
 						return err
 					}
 				}

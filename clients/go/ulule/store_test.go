@@ -2,6 +2,7 @@ package ulule
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"regexp"
@@ -29,8 +30,12 @@ func store(t *testing.T, script bool) (*Store, *testserver.Server) {
 	// ulule's concurrent suite queues 500 goroutines on the pool, on a
 	// shared machine: the Limiter's timeout is not what it tests (and a
 	// failed assertion in one of its goroutines hangs the suite).
-	l := xcloak.NewLimiter(rdb, xcloak.Options{Fallback: fallback, Timeout: time.Minute})
-	return NewStore(l, limiter.StoreOptions{}), server
+	l := mustLimiter(t, rdb, xcloak.Options{Fallback: fallback, Timeout: time.Minute})
+	s, err := NewStore(l, limiter.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, server
 }
 
 var kinds = map[string]bool{"module": false, "script": true}
@@ -83,7 +88,10 @@ func TestSequentialRest(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			s, _ := store(t, script)
 			ctx := context.Background()
-			l := limiter.New(s, limiter.Rate{Limit: 3, Period: time.Minute})
+			l, err := NewLimiter(s, limiter.Rate{Limit: 3, Period: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
 			check := func(where string, c limiter.Context, err error, remaining int64, reached bool) {
 				t.Helper()
 				if err != nil || c.Limit != 3 || c.Remaining != remaining || c.Reached != reached || c.Reset-time.Now().Unix() > 60 || c.Reset < time.Now().Unix() {
@@ -146,5 +154,49 @@ func TestResetIsWhenTheRequestFits(t *testing.T) {
 	// The first entry leaves about 8.9 s from now, the window is empty at 10.
 	if left := c.Reset - time.Now().Unix(); left < 7 || left > 9 {
 		t.Errorf("Reset in %d s, want the first entry's 9", left)
+	}
+}
+
+// NewStore and NewLimiter refuse what they can't run with, with an
+// *xcloak.Error naming it, at startup (the Limiter's client points at a
+// closed port: nothing is sent). Catches a rate found bad only at the first
+// request.
+func TestConfigurationRefusedAtStartup(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	s, err := NewStore(mustLimiter(t, rdb, xcloak.Options{OnError: xcloak.PolicyAllow}), limiter.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		store *Store
+		rate  limiter.Rate
+		want  string
+	}{
+		{"nil store", nil, limiter.Rate{Period: time.Minute, Limit: 10}, "xcloak/ulule: NewLimiter needs a *Store, not nil"},
+		{"no period", s, limiter.Rate{Limit: 10}, "xcloak/ulule: Rate.Period must be a whole number of milliseconds from 1ms (a time.Duration), not 0s"},
+		{"period 1.5 ms", s, limiter.Rate{Period: 1500 * time.Microsecond, Limit: 10}, "xcloak/ulule: Rate.Period must be a whole number of milliseconds from 1ms (a time.Duration), not 1.5ms"},
+		{"limit 0", s, limiter.Rate{Period: time.Minute}, "xcloak/ulule: Rate.Limit must be an integer from 1 to 1000000, not 0"},
+		{"limit 1e11", s, limiter.Rate{Period: time.Minute, Limit: 1e11}, "xcloak/ulule: Rate.Limit must be an integer from 1 to 1000000, not 100000000000"},
+	} {
+		l, err := NewLimiter(c.store, c.rate)
+		var e *xcloak.Error
+		if l != nil || !errors.As(err, &e) || e.Message != c.want {
+			t.Errorf("%s: NewLimiter gave %v, %v; want an *xcloak.Error %q", c.name, l, err, c.want)
+		}
+	}
+	if st, err := NewStore(nil, limiter.StoreOptions{}); st != nil || err == nil || err.Error() != "xcloak/ulule: NewStore needs an *xcloak.Limiter, not nil" {
+		t.Errorf("NewStore(nil): %v, %v", st, err)
+	}
+	if l, err := NewLimiter(s, limiter.Rate{Period: time.Minute, Limit: 1_000_000}); l == nil || err != nil {
+		t.Errorf("a valid rate: %v", err)
+	}
+	// A negative count is an argument error (an *xcloak.Error), refused
+	// before anything is sent.
+	_, err = s.Increment(context.Background(), "k", -1, limiter.Rate{Period: time.Minute, Limit: 10})
+	var e *xcloak.Error
+	if !errors.As(err, &e) || !strings.HasPrefix(e.Message, "xcloak/ulule: Increment's count must be 0 or more, not -1") {
+		t.Errorf("Increment(-1): %v", err)
 	}
 }

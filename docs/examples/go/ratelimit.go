@@ -16,7 +16,7 @@
 // Its replacement, one atomic call (same keys, same scores), with the
 // figures of the HTTP response:
 //
-//	limiter := xcloak.NewLimiter(rdb, xcloak.Options{})
+//	limiter, err := xcloak.NewLimiter(rdb, xcloak.Options{})
 //	res, err := limiter.Allow(ctx, key, time.Minute, 100) // XCLOAK.ALLOW key 60000 100 DETAILS
 //	// res.Allowed, res.Remaining, res.RetryAfter, res.ResetAfter; res.Headers(xcloak.StyleLegacy)
 //
@@ -142,7 +142,7 @@ func client(o options) (redis.UniversalClient, error) {
 
 // line is the HTTP decision as one line: the status, the header fields in a
 // fixed order, and who answered.
-func line(r xcloak.Result, names []string) string {
+func line(r xcloak.Decision, names []string) string {
 	status := 200
 	if !r.Allowed {
 		status = 429
@@ -171,7 +171,10 @@ func run(args []string) error {
 		return err
 	}
 	defer rdb.Close()
-	limiter := xcloak.NewLimiter(rdb, xcloak.Options{Timeout: 5 * time.Second})
+	limiter, err := xcloak.NewLimiter(rdb, xcloak.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
 	// With tiers, each policy is named by its window.
 	var names []string
 	var opts []xcloak.CallOption
@@ -188,7 +191,7 @@ func run(args []string) error {
 		if o.keys > 0 {
 			key = fmt.Sprintf("%s:%d", o.key, i%o.keys)
 		}
-		var r xcloak.Result
+		var r xcloak.Decision
 		if o.peek {
 			r, err = limiter.Peek(ctx, key, o.window, o.limit, opts...)
 		} else {

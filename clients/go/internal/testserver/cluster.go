@@ -103,6 +103,9 @@ func (c *Cluster) WaitOK() {
 			if err != nil || (strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up")) {
 				return false
 			}
+			// CLUSTER SLOTS lists a node once it serves its slots (SHARDS lists
+			// every node it knows of): that is what this wait is for.
+			//lint:ignore SA1019 CLUSTER SLOTS, not SHARDS, says a node serves its slots
 			slots, err := cl.ClusterSlots(ctx).Result()
 			if err != nil {
 				return false

@@ -335,3 +335,40 @@ func Version() (int, int) {
 	}
 	return 0, 0
 }
+
+// CommandStat is one command's line of INFO commandstats.
+type CommandStat struct {
+	Calls int64
+	Usec  int64 // server CPU, microseconds
+}
+
+// CommandStats is INFO commandstats by command ("xcloak.allow",
+// "client|setinfo"), without the commands a client sends to set up a
+// connection (HELLO, CLIENT SETINFO...) nor the test's own INFO and CONFIG.
+func (s *Server) CommandStats() map[string]CommandStat {
+	out := map[string]CommandStat{}
+	for _, l := range strings.Split(s.Info("commandstats"), "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+		command, isStat := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isStat {
+			continue
+		}
+		switch strings.SplitN(command, "|", 2)[0] {
+		case "hello", "client", "info", "config", "select", "auth", "ping":
+			continue
+		}
+		var st CommandStat
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				st.Calls = n
+			case "usec":
+				st.Usec = n
+			}
+		}
+		out[command] = st
+	}
+	return out
+}

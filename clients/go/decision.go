@@ -6,19 +6,20 @@ import (
 	"time"
 )
 
-// Via says who decided a Result.
+// Via says who decided a Decision.
 type Via string
 
 const (
 	ViaCommand Via = "command" // the module (XCLOAK.ALLOW, XCLOAK.PEEK)
 	ViaScript  Via = "script"  // the bundled Lua script, on a server without the module
-	ViaError   Via = "error"   // the error policy: the server did not answer (Result.Err says why)
+	ViaError   Via = "error"   // the error policy: the server did not answer (Decision.Err says why)
 )
 
-// Result is one decision: the contract's Decision (docs/clients.md), read
-// from the reply of XCLOAK.ALLOW ... DETAILS [STAMP] or XCLOAK.PEEK. Its first
-// fields are go-redis/redis_rate's, with the same meaning.
-type Result struct {
+// Decision is one decision: the contract's Decision (docs/clients.md), read
+// from the reply of XCLOAK.ALLOW ... DETAILS [STAMP] or XCLOAK.PEEK. Its
+// first fields have go-redis/redis_rate's names, not all their meanings:
+// clients/go/README.md, "From go-redis/redis_rate", maps them field by field.
+type Decision struct {
 	// Allowed: admitted (Peek: would be admitted now).
 	Allowed bool
 	// Limit is the binding tier's limit.
@@ -26,9 +27,9 @@ type Result struct {
 	// Remaining is the binding tier's remaining units, never below 0.
 	Remaining int
 	// RetryAfter is 0 when allowed; else the wait until the request fits in
-	// every tier if nothing else is admitted meanwhile. It is -1 (a negative
-	// duration, as in redis_rate) when the request can never fit: see
-	// CostExceedsLimit.
+	// every tier if nothing else is admitted meanwhile. It is -1 when the
+	// request can never fit: see CostExceedsLimit. (redis_rate's -1 means
+	// admitted; here an admission is 0.)
 	RetryAfter time.Duration
 	// ResetAfter is the time until the binding tier's window is empty.
 	ResetAfter time.Duration
@@ -42,7 +43,7 @@ type Result struct {
 	Tier int
 	// Tiers has one entry per tier, in the order given, when the call had
 	// tiers; else it is empty.
-	Tiers []TierResult
+	Tiers []TierState
 	// Stamp is the admission's stamp (the handle Refund takes) when the call
 	// asked for one (WithStamp, AllowAll, skip-successful middleware); -1
 	// when rejected or not asked.
@@ -64,8 +65,8 @@ type Result struct {
 	resetMs  int64
 }
 
-// TierResult is one tier's state in a Result.
-type TierResult struct {
+// TierState is one tier's state in a Decision.
+type TierState struct {
 	Window     time.Duration
 	Limit      int
 	Remaining  int
@@ -76,11 +77,11 @@ type TierResult struct {
 	windowMs, retryMs, resetMs int64
 }
 
-// HasStamp reports whether the Result carries an admission's stamp.
-func (r Result) HasStamp() bool { return r.Stamp >= 0 }
+// HasStamp reports whether the Decision carries an admission's stamp.
+func (r Decision) HasStamp() bool { return r.Stamp >= 0 }
 
-// HasOldest reports whether the Result carries the oldest live entry's stamp.
-func (r Result) HasOldest() bool { return r.Oldest >= 0 }
+// HasOldest reports whether the Decision carries the oldest live entry's stamp.
+func (r Decision) HasOldest() bool { return r.Oldest >= 0 }
 
 // maxDurationMs is the largest whole number of milliseconds a Duration holds.
 const maxDurationMs = math.MaxInt64 / int64(time.Millisecond)
@@ -100,7 +101,7 @@ func duration(ms int64) time.Duration {
 }
 
 // milliseconds is the whole number of milliseconds of d, for a hand-built
-// Result (rounded up: a header must never send a client back early).
+// Decision (rounded up: a header must never send a client back early).
 func milliseconds(d time.Duration) int64 {
 	if d < 0 {
 		return -1
@@ -112,49 +113,49 @@ func milliseconds(d time.Duration) int64 {
 	return ms
 }
 
-func (r Result) msWindow() int64 {
+func (r Decision) msWindow() int64 {
 	if r.exact {
 		return r.windowMs
 	}
 	return milliseconds(r.Window)
 }
 
-func (r Result) msRetry() int64 {
+func (r Decision) msRetry() int64 {
 	if r.exact {
 		return r.retryMs
 	}
 	return milliseconds(r.RetryAfter)
 }
 
-func (r Result) msReset() int64 {
+func (r Decision) msReset() int64 {
 	if r.exact {
 		return r.resetMs
 	}
 	return milliseconds(r.ResetAfter)
 }
 
-func (t TierResult) msWindow() int64 {
+func (t TierState) msWindow() int64 {
 	if t.exact {
 		return t.windowMs
 	}
 	return milliseconds(t.Window)
 }
 
-func (t TierResult) msReset() int64 {
+func (t TierState) msReset() int64 {
 	if t.exact {
 		return t.resetMs
 	}
 	return milliseconds(t.ResetAfter)
 }
 
-// parseResult reads a reply of XCLOAK.ALLOW ... DETAILS [STAMP] or
+// parseDecision reads a reply of XCLOAK.ALLOW ... DETAILS [STAMP] or
 // XCLOAK.PEEK ... [OLDEST] (or of their scripts): [allowed, limit,
 // remaining, retry_after_ms, reset_after_ms], then with tiers one [window,
 // limit, remaining, retry_after_ms, reset_after_ms] per tier, then with STAMP
 // the stamp (-1 on a rejection), with OLDEST the oldest live entry of the
 // binding tier's window (-1 when empty). windowMs is the positional window
 // asked.
-func parseResult(reply interface{}, windowMs int64, withTiers, withStamp, withOldest bool) (Result, error) {
+func parseDecision(reply interface{}, windowMs int64, withTiers, withStamp, withOldest bool) (Decision, error) {
 	fields, ok := reply.([]interface{})
 	want := 5
 	if withTiers {
@@ -164,17 +165,17 @@ func parseResult(reply interface{}, windowMs int64, withTiers, withStamp, withOl
 		want++
 	}
 	if !ok || len(fields) != want {
-		return Result{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (want %d fields)", reply, want)}
+		return Decision{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (want %d fields)", reply, want)}
 	}
 	var head [5]int64
 	for i := range head {
 		n, ok := fields[i].(int64)
 		if !ok {
-			return Result{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (field %d is not an integer)", reply, i)}
+			return Decision{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (field %d is not an integer)", reply, i)}
 		}
 		head[i] = n
 	}
-	r := Result{
+	r := Decision{
 		Allowed:          head[0] == 1,
 		Limit:            int(head[1]),
 		Remaining:        int(head[2]),
@@ -192,22 +193,22 @@ func parseResult(reply interface{}, windowMs int64, withTiers, withStamp, withOl
 	if withTiers {
 		tiers, ok := fields[5].([]interface{})
 		if !ok || len(tiers) == 0 {
-			return Result{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (no tiers)", reply)}
+			return Decision{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (no tiers)", reply)}
 		}
-		r.Tiers = make([]TierResult, len(tiers))
+		r.Tiers = make([]TierState, len(tiers))
 		r.Tier = -1
 		for i, t := range tiers {
 			tier, ok := t.([]interface{})
 			if !ok || len(tier) != 5 {
-				return Result{}, &Error{Message: fmt.Sprintf("xcloak: unexpected tier %v in reply", t)}
+				return Decision{}, &Error{Message: fmt.Sprintf("xcloak: unexpected tier %v in reply", t)}
 			}
 			var v [5]int64
 			for j := range v {
 				if v[j], ok = tier[j].(int64); !ok {
-					return Result{}, &Error{Message: fmt.Sprintf("xcloak: unexpected tier %v in reply", t)}
+					return Decision{}, &Error{Message: fmt.Sprintf("xcloak: unexpected tier %v in reply", t)}
 				}
 			}
-			r.Tiers[i] = TierResult{
+			r.Tiers[i] = TierState{
 				Window: duration(v[0]), Limit: int(v[1]), Remaining: int(v[2]),
 				RetryAfter: duration(v[3]), ResetAfter: duration(v[4]),
 				exact: true, windowMs: v[0], retryMs: v[3], resetMs: v[4],
@@ -219,7 +220,7 @@ func parseResult(reply interface{}, windowMs int64, withTiers, withStamp, withOl
 			}
 		}
 		if r.Tier < 0 {
-			return Result{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (no tier matches the binding fields)", reply)}
+			return Decision{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (no tier matches the binding fields)", reply)}
 		}
 		r.windowMs = r.Tiers[r.Tier].windowMs
 		r.Window = r.Tiers[r.Tier].Window
@@ -227,24 +228,24 @@ func parseResult(reply interface{}, windowMs int64, withTiers, withStamp, withOl
 	if withStamp {
 		stamp, ok := fields[want-1].(int64)
 		if !ok {
-			return Result{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (the stamp is not an integer)", reply)}
+			return Decision{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (the stamp is not an integer)", reply)}
 		}
 		r.Stamp = stamp // -1 on a rejection
 	}
 	if withOldest {
 		oldest, ok := fields[want-1].(int64)
 		if !ok {
-			return Result{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (the oldest entry is not an integer)", reply)}
+			return Decision{}, &Error{Message: fmt.Sprintf("xcloak: unexpected reply %v (the oldest entry is not an integer)", reply)}
 		}
 		r.Oldest = oldest // -1 when the binding tier's window is empty
 	}
 	return r, nil
 }
 
-// policyResult is the Result of the error policy: allowed by the policy,
+// policyDecision is the Decision of the error policy: allowed by the policy,
 // tier 0's limit and window as asked, nothing else (docs/clients.md).
-func policyResult(allowed bool, limit int, windowMs int64, cause error) Result {
-	return Result{
+func policyDecision(allowed bool, limit int, windowMs int64, cause error) Decision {
+	return Decision{
 		Allowed: allowed, Limit: limit, Window: duration(windowMs), Stamp: -1, Oldest: -1,
 		Via: ViaError, Err: cause, exact: true, windowMs: windowMs,
 	}
