@@ -56,7 +56,10 @@ func NewServer(s *Settings, rdb redis.UniversalClient, log *slog.Logger) (*Serve
 		return nil, &SettingError{"-config", "no configuration directory: pass -config DIR or set RUNTIME_ROOT (and RUNTIME_SUBDIRECTORY)"}
 	}
 	metrics := NewMetrics()
-	limiter := xcloak.NewLimiter(rdb, s.LimiterOptions())
+	limiter, err := xcloak.NewLimiter(rdb, s.LimiterOptions())
+	if err != nil {
+		return nil, err
+	}
 	srv := &Server{Settings: s, Service: NewService(limiter, metrics, s.ServiceOptions()), Log: log}
 	if err := srv.reload(true); err != nil {
 		return nil, err

@@ -120,7 +120,7 @@ type item struct {
 	key   string
 	hits  uint64
 	// the decision read for it, and whether it was a PEEK (nothing recorded)
-	res      xcloak.Result
+	res      xcloak.Decision
 	has      bool
 	refunded bool
 	over     bool
@@ -176,11 +176,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		}
 		for j, i := range enforced {
 			it := &items[i]
-			if j >= len(m.Results) {
+			if j >= len(m.Decisions) {
 				peeks = append(peeks, i) // not sent: after the rejected one
 				continue
 			}
-			it.res, it.has = m.Results[j], true
+			it.res, it.has = m.Decisions[j], true
 			switch {
 			case m.Rejected == j, it.res.Via == xcloak.ViaError && !it.res.Allowed:
 				it.over = true
@@ -322,7 +322,7 @@ func durationOf(d time.Duration) *durationpb.Duration {
 
 func (s *Service) respond(items []item) *pb.RateLimitResponse {
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(items))}
-	var decided []xcloak.Result
+	var decided []xcloak.Decision
 	binding, bindingOver := -1, false
 	for i := range items {
 		it := &items[i]
@@ -396,8 +396,8 @@ func (s *Service) respond(items []item) *pb.RateLimitResponse {
 // headers are the contract's rate limit fields of the decisions (the
 // binding one: the rejected, else the one with the fewest remaining), with
 // the legacy fields renamed as configured.
-func (s *Service) headers(decided []xcloak.Result, binding int) []*core.HeaderValue {
-	h := xcloak.MultiResult{Results: decided, Binding: binding, Rejected: -1}.Headers(s.opt.Headers.Style)
+func (s *Service) headers(decided []xcloak.Decision, binding int) []*core.HeaderValue {
+	h := xcloak.MultiDecision{Decisions: decided, Binding: decided[binding], BindingIndex: binding, Rejected: -1}.Headers(s.opt.Headers.Style)
 	rename := map[string]string{
 		"Ratelimit-Limit":     s.opt.Headers.LimitName,
 		"Ratelimit-Remaining": s.opt.Headers.RemainingName,

@@ -296,7 +296,7 @@ func (s *Settings) RedisClient() redis.UniversalClient {
 
 // LimiterOptions are the xcloak.Options of the settings.
 func (s *Settings) LimiterOptions() xcloak.Options {
-	return xcloak.Options{Prefix: s.KeyPrefix, ErrorPolicy: s.OnError, Timeout: s.Timeout, Fallback: s.Fallback, Durable: s.Durable}
+	return xcloak.Options{Prefix: s.KeyPrefix, OnError: s.OnError, Timeout: s.Timeout, Fallback: s.Fallback, Durable: s.Durable}
 }
 
 // ServiceOptions are the Service's options of the settings.
