@@ -58,21 +58,6 @@ type Settings struct {
 	Ignored []string
 }
 
-// honoured are the reference's variables read here.
-var honoured = map[string]bool{
-	"HOST": true, "PORT": true, "GRPC_HOST": true, "GRPC_PORT": true, "GRPC_UDS": true,
-	"LOG_LEVEL": true, "LOG_FORMAT": true,
-	"RUNTIME_ROOT": true, "RUNTIME_SUBDIRECTORY": true, "RUNTIME_APPDIRECTORY": true,
-	"RUNTIME_IGNOREDOTFILES": true, "RUNTIME_WATCH_ROOT": true,
-	"REDIS_TYPE": true, "REDIS_SOCKET_TYPE": true, "REDIS_URL": true, "REDIS_AUTH": true, "REDIS_SENTINEL_AUTH": true,
-	"REDIS_TLS": true, "REDIS_POOL_SIZE": true, "REDIS_TIMEOUT": true,
-	"CACHE_KEY_PREFIX": true, "NEAR_LIMIT_RATIO": true, "SHADOW_MODE": true, "MERGE_DOMAIN_CONFIG": true,
-	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": true,
-	"LIMIT_RESPONSE_HEADERS_ENABLED":          true, "LIMIT_LIMIT_HEADER": true, "LIMIT_REMAINING_HEADER": true, "LIMIT_RESET_HEADER": true,
-	"USE_PROMETHEUS": true, "PROMETHEUS_ADDR": true, "PROMETHEUS_PATH": true,
-	"BACKEND_TYPE": true, "CONFIG_TYPE": true,
-}
-
 // ignorable are the reference's variables that have no meaning here (statsd,
 // memcached, the per-second Redis, TLS of the gRPC server, tracing, xDS...).
 var ignorable = []string{
