@@ -15,6 +15,9 @@
 //! - **Limits**: one or more [`HttpLimit`]s, each with its tiers; several are
 //!   checked all or nothing ([`Limiter::allow_all`]).
 //! - **Rejected**: `429 Too Many Requests` with the headers and `Retry-After`.
+//! - **The request's result**: an admitted request carries its
+//!   [`MultiDecision`] in its extensions (one decision per limit, in order),
+//!   for the handler: `Extension<MultiDecision>` in axum.
 //!   **Allowed**: the response carries the same headers.
 //! - **Error policy** (the limiter's, with its timeout): `raise` returns the
 //!   error to the framework (in axum, `HandleErrorLayer` answers, usually
@@ -668,7 +671,11 @@ where
                 [one] => MultiDecision::from_decisions(vec![layer.limiter.allow(one).await?]),
                 several => layer.limiter.allow_all(several).await?,
             };
-            let request = http::Request::from_parts(parts, body);
+            let mut request = http::Request::from_parts(parts, body);
+            if outcome.allowed {
+                // The request's own result, for the handler (axum: `Extension<MultiDecision>`).
+                request.extensions_mut().insert(outcome.clone());
+            }
             if outcome.decisions.iter().any(|d| d.via == Via::Error) {
                 // The error policy answered: serve without headers, or 503.
                 if !outcome.allowed {

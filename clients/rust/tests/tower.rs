@@ -17,11 +17,11 @@ use axum::error_handling::HandleErrorLayer;
 use axum::extract::ConnectInfo;
 use axum::http::StatusCode;
 use axum::routing::get;
-use axum::{BoxError, Router};
+use axum::{BoxError, Extension, Router};
 use support::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use xcloak_client::tower::{HeaderKey, HttpLimit, KeyExtractor, PeerIp, RateLimitLayer};
-use xcloak_client::{Error, ErrorPolicy, Limiter, Style, Transport};
+use xcloak_client::{Error, ErrorPolicy, Limiter, MultiDecision, Style, Transport};
 
 struct Reply {
     status: u16,
@@ -69,6 +69,10 @@ async fn serve_with<T: Transport, K: KeyExtractor>(layer: RateLimitLayer<T, K>, 
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .route("/fail", get(|| async { (StatusCode::UNAUTHORIZED, "no") }))
+        .route(
+            "/seen",
+            get(|Extension(m): Extension<MultiDecision>| async move { format!("remaining {}", m.binding().remaining) }),
+        )
         .layer(
             tower::ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(|e: BoxError| async move {
@@ -136,6 +140,9 @@ async fn a_limit_with_tiers_answers_429_with_the_contracts_headers() {
         "{:?}",
         r.headers
     );
+    // The handler sees the request's own result (axum: Extension<MultiDecision>).
+    let seen = get_from(app, "127.0.0.24", "/seen", &[]).await;
+    assert_eq!((seen.status, seen.body.as_str()), (200, "remaining 2"));
     // Another client has its own window; the refused request recorded nothing.
     assert_eq!(get_from(app, "127.0.0.3", "/", &[]).await.status, 200);
     assert_eq!(
