@@ -371,13 +371,19 @@ impl PeerIp {
     /// Trust these proxies (addresses or CIDR ranges): a request from one of
     /// them counts against the rightmost forwarded address not in the list.
     /// Without trusted proxies the forwarding headers are never read (a
-    /// client could write any address there).
-    pub fn trust_proxies<S: AsRef<str>>(mut self, proxies: impl IntoIterator<Item = S>) -> Result<PeerIp, KeyError> {
-        let nets: Result<Vec<IpNet>, KeyError> = proxies
+    /// client could write any address there). An entry that is neither is
+    /// refused here, with [`Error::Argument`] naming `trust_proxies`.
+    pub fn trust_proxies<S: AsRef<str>>(mut self, proxies: impl IntoIterator<Item = S>) -> Result<PeerIp, Error> {
+        let nets: Result<Vec<IpNet>, Error> = proxies
             .into_iter()
             .map(|p| {
-                IpNet::parse(p.as_ref())
-                    .ok_or_else(|| KeyError(format!("{:?} is not an address or a CIDR range", p.as_ref())))
+                IpNet::parse(p.as_ref()).ok_or_else(|| Error::Argument {
+                    name: "trust_proxies".into(),
+                    message: format!(
+                        "trust_proxies takes addresses and CIDR ranges (10.0.0.0/8, 2001:db8::/32), not {:?}",
+                        p.as_ref()
+                    ),
+                })
             })
             .collect();
         self.trusted = nets?.into();
@@ -773,7 +779,10 @@ mod tests {
             plain.key(&parts("[::ffff:203.0.113.9]:80", &[])).unwrap(),
             "203.0.113.9"
         );
-        assert!(PeerIp::new().trust_proxies(["10.0.0.0/33"]).is_err());
+        assert!(matches!(
+            PeerIp::new().trust_proxies(["10.0.0.0/8", "10.0.0.0/33"]),
+            Err(Error::Argument { name, .. }) if name == "trust_proxies"
+        ));
         assert!(IpNet::parse("2001:db8::/32")
             .unwrap()
             .contains("2001:db8:ffff::1".parse().unwrap()));

@@ -158,10 +158,7 @@ fn surface() -> BTreeSet<String> {
         trait_!(tower::KeyExtractor),
         ty!(tower::PeerIp),
         ty!(tower::HeaderKey),
-        item!(
-            tower::PeerIp::trust_proxies
-                as fn(tower::PeerIp, [&'static str; 1]) -> Result<tower::PeerIp, tower::KeyError>
-        ),
+        item!(tower::PeerIp::trust_proxies as fn(tower::PeerIp, [&'static str; 1]) -> Result<tower::PeerIp, Error>),
         item!(tower::HttpLimit::skip_successful),
         item!(tower::HttpLimit::skip_failed),
     ]
