@@ -164,7 +164,7 @@ enum Topology {
 }
 
 /// The fallback's state, shared by every limiter made from one another
-/// (`Limiter::with_policy`).
+/// (`Limiter::with_on_error`).
 pub(crate) struct Shared {
     allow: Script,
     peek: Script,
