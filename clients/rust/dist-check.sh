@@ -4,6 +4,10 @@
 # (a path dependency) and on `redis`, built, and run against two servers this
 # script starts on free loopback ports: one with the module (answered by
 # XCLOAK.ALLOW) and one without it (the bundled script from the .crate).
+# Then, as a new user following the README: a fresh project for each of its
+# two examples, made of the README's [dependencies] lines (the path pointed at
+# the unpacked .crate) and the README's program, built and run (the first
+# example's four calls; the axum app's first request).
 # Builds in target/dist-check (kept, so a second run is fast).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -92,3 +96,42 @@ say "building a project that depends on $(basename "$crate")"
     "redis://127.0.0.1:$with/" "redis://127.0.0.1:$without/") \
     || { say "FAILED"; exit 1; }
 say "ok: $(basename "$crate") builds from its own files and answers through the command and the script"
+
+# The README's block after the line <!-- MARKER -->, as a file.
+readme_block() { # readme_block MARKER OUT
+    python3 - "$work/xcloak-client-$version/README.md" "$1" "$2" <<'PY'
+import sys
+text, marker, out = open(sys.argv[1]).read(), "<!-- %s -->\n" % sys.argv[2], sys.argv[3]
+rest = text[text.index(marker) + len(marker):]
+body = rest[rest.index("\n") + 1:]
+open(out, "w").write(body[:body.index("```\n")])
+PY
+}
+for example in first axum; do
+    project="$work/readme-$example"
+    mkdir -p "$project/src"
+    {
+        printf '[package]\nname = "readme-%s"\nversion = "0.0.0"\nedition = "2021"\npublish = false\n\n[workspace]\n\n' "$example"
+        readme_block "cargo: $example" /dev/stdout | sed "s|path = \"[^\"]*\"|path = \"$work/xcloak-client-$version\"|"
+    } > "$project/Cargo.toml"
+    readme_block "example: examples/$example.rs" "$project/src/main.rs"
+    cp "$repo/Cargo.lock" "$project/Cargo.lock"
+    say "building the README's $example example in a fresh project"
+    (cd "$project" && CARGO_TARGET_DIR="$repo/target/dist-check" cargo build --quiet) || { say "FAILED: the README's $example example"; exit 1; }
+done
+target="$repo/target/dist-check/debug"
+out=$(REDIS_URL="redis://127.0.0.1:$with/" "$target/readme-first")
+echo "$out" >&2
+[ "$(echo "$out" | grep -c '^allowed=true')" = 3 ] && echo "$out" | tail -n1 | grep -q '^allowed=false' \
+    || { say "FAILED: the README's first example printed the above"; exit 1; }
+port=$(free_port)
+REDIS_URL="redis://127.0.0.1:$with/" ADDR="127.0.0.1:$port" "$target/readme-axum" > "$work/axum.out" &
+pids+=($!)
+for _ in $(seq 200); do
+    grep -q "listening" "$work/axum.out" 2>/dev/null && break
+    sleep 0.05
+done
+status=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).status)' "http://127.0.0.1:$port/") \
+    || { say "FAILED: the README's axum example did not answer"; exit 1; }
+[ "$status" = 200 ] || { say "FAILED: the README's axum example answered $status"; exit 1; }
+say "ok: the README's two examples build in fresh projects from its [dependencies] lines and run"

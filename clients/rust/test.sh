@@ -9,6 +9,10 @@
 #     stopped, lost replies, OOM, durable WAIT; each timed-out call counted
 #     once by the server), Redis Cluster 3+3 and a cluster with a primary
 #     without the module, and the tower layer in a real axum server over HTTP;
+#   - the README's two examples, as written, built and run against servers
+#     (tests/readme.rs); the public surface against names.tsv (tests/names.rs);
+#     bad arguments and configuration refused before anything is sent
+#     (tests/arguments.rs);
 #   - the crate's unit and doc tests.
 # Servers are real redis-server processes on 127.0.0.1, ports 22500-22767
 # (bus ports +10000), shut down by the tests. Reads $XCLOAK_MODULE (default

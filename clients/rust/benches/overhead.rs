@@ -188,6 +188,7 @@ async fn layer_against_none(server: &support::Server) {
         limiter,
         [HttpLimit::new(Duration::from_secs(60), 1_000_000).name("bench")],
     )
+    .unwrap()
     .key(xcloak_client::tower::PeerIp::from_extension(
         |c: &axum::extract::ConnectInfo<SocketAddr>| c.0,
     ));

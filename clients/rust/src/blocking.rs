@@ -23,9 +23,9 @@ use redis::{Cmd, ConnectionLike, RedisResult, Value};
 
 use crate::decision::{Decision, MultiDecision};
 use crate::engine::{timeout_error, Config, Engine, Io, Shared, Then};
-use crate::error::{Error, Policy};
+use crate::error::{Error, ErrorPolicy};
 use crate::limiter::Builder;
-use crate::request::Request;
+use crate::request::{Refund, Request};
 use crate::transport::SlotRange;
 
 struct Pool {
@@ -178,33 +178,41 @@ impl Clone for Limiter {
 }
 
 impl Builder<redis::Client> {
-    /// The blocking limiter (over `redis::Client`).
-    pub fn build_blocking(self) -> Limiter {
-        let (client, config) = self.into_parts();
-        Limiter {
+    /// The blocking limiter (over `redis::Client`), or [`Error::Argument`]
+    /// naming the first option out of its range (see [`Builder::build`]).
+    pub fn build_blocking(self) -> Result<Limiter, Error> {
+        let (client, config) = self.into_parts()?;
+        Ok(Limiter {
             pool: Arc::new(Pool {
                 client,
                 idle: Mutex::new(Vec::new()),
             }),
             config: Arc::new(config),
             shared: Arc::new(Shared::new()),
-        }
+        })
     }
 }
 
 impl Limiter {
     /// A limiter with the defaults (see [`crate::Limiter::new`]).
     pub fn new(client: redis::Client) -> Limiter {
-        Builder::with(client).build_blocking()
+        Limiter {
+            pool: Arc::new(Pool {
+                client,
+                idle: Mutex::new(Vec::new()),
+            }),
+            config: Arc::new(Config::default()),
+            shared: Arc::new(Shared::new()),
+        }
     }
 
-    /// Configure it: `blocking::Limiter::builder(client).timeout(..).build_blocking()`.
+    /// Configure it: `blocking::Limiter::builder(client).timeout(..).build_blocking()?`.
     pub fn builder(client: redis::Client) -> Builder<redis::Client> {
         Builder::with(client)
     }
 
     /// The same limiter with another error policy.
-    pub fn with_policy(&self, policy: Policy) -> Limiter {
+    pub fn with_on_error(&self, policy: ErrorPolicy) -> Limiter {
         let mut config = (*self.config).clone();
         config.policy = policy;
         Limiter {
@@ -233,8 +241,8 @@ impl Limiter {
     }
 
     /// See [`crate::Limiter::refund`].
-    pub fn refund(&self, key: &str, stamp: u64, cost: u64) -> Result<u64, Error> {
-        block_on(self.engine().refund(key, stamp, cost))
+    pub fn refund(&self, refund: &Refund) -> Result<u64, Error> {
+        block_on(self.engine().refund(refund))
     }
 
     /// See [`crate::Limiter::reset`].

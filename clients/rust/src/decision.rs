@@ -223,16 +223,17 @@ pub struct MultiDecision {
     pub decisions: Vec<Decision>,
     /// The index of the request that rejected.
     pub rejected: Option<usize>,
-    /// The index of the binding decision: the rejecting one, or when all are
-    /// admitted the one with the fewest `remaining` (ties: the earliest).
-    pub binding: usize,
+    /// The index in `decisions` of the binding decision ([`MultiDecision::binding`]):
+    /// the rejecting one, or when all are admitted the one with the fewest
+    /// `remaining` (ties: the earliest).
+    pub binding_index: usize,
 }
 
 impl MultiDecision {
     /// The outcome of `decisions`, sent in order until the first rejection.
     pub fn from_decisions(decisions: Vec<Decision>) -> MultiDecision {
         let rejected = decisions.iter().position(|d| !d.allowed);
-        let binding = rejected.unwrap_or_else(|| {
+        let binding_index = rejected.unwrap_or_else(|| {
             // min_by_key returns the first of equal minima: ties go to the earliest.
             decisions
                 .iter()
@@ -244,13 +245,14 @@ impl MultiDecision {
             allowed: rejected.is_none() && !decisions.is_empty(),
             decisions,
             rejected,
-            binding,
+            binding_index,
         }
     }
 
-    /// The binding decision.
+    /// The binding decision: the rejecting one, or when all are admitted the
+    /// one with the fewest `remaining` (ties: the earliest).
     pub fn binding(&self) -> &Decision {
-        &self.decisions[self.binding]
+        &self.decisions[self.binding_index]
     }
 
     /// The binding decision's `retry_after`.
@@ -324,10 +326,10 @@ mod tests {
             )
         };
         assert_eq!(
-            MultiDecision::from_decisions(vec![d(true, 3), d(true, 1), d(true, 1)]).binding,
+            MultiDecision::from_decisions(vec![d(true, 3), d(true, 1), d(true, 1)]).binding_index,
             1
         );
         let m = MultiDecision::from_decisions(vec![d(true, 0), d(false, 2)]);
-        assert_eq!((m.allowed, m.rejected, m.binding), (false, Some(1), 1));
+        assert_eq!((m.allowed, m.rejected, m.binding_index), (false, Some(1), 1));
     }
 }

@@ -19,8 +19,8 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 
 use crate::clock::{acquire_step, default_random, AcquireStep, Clock};
 use crate::decision::{Decision, MultiDecision, Via};
-use crate::error::{Cause, Error, Policy};
-use crate::request::{write_refund_args, Op, Request};
+use crate::error::{Cause, Error, ErrorPolicy};
+use crate::request::{Op, Refund, Request};
 use crate::transport::{key_slot, SlotRange};
 
 /// The bundled scripts: byte-identical copies of src/lua/ (scripts/sync-lua.sh
@@ -59,10 +59,10 @@ pub(crate) struct Config {
     pub prefix: String,
     pub fallback: Fallback,
     pub probe_interval: Duration,
-    pub policy: Policy,
+    pub policy: ErrorPolicy,
     pub timeout: Duration,
     pub durable: Option<Durable>,
-    pub read_from_replicas: bool,
+    pub replica_reads: bool,
     pub clock: Option<Arc<dyn Clock>>,
     pub random: Random,
     pub jitter_fraction: f64,
@@ -74,14 +74,61 @@ impl Default for Config {
             prefix: String::new(),
             fallback: Fallback::Auto,
             probe_interval: Duration::from_secs(60),
-            policy: Policy::Raise,
+            policy: ErrorPolicy::Raise,
             timeout: Duration::from_secs(1),
             durable: None,
-            read_from_replicas: false,
+            replica_reads: false,
             clock: None,
             random: Arc::new(default_random()),
             jitter_fraction: 0.1,
         }
+    }
+}
+
+/// The largest duration the server takes, in milliseconds (2^53 − 1): the
+/// bound of every duration option, so a deadline never overflows.
+pub(crate) const MAX_MS: u64 = 9_007_199_254_740_991;
+
+/// `name` must be from 1 ms to [`MAX_MS`] ms (and, `whole`, whole milliseconds).
+pub(crate) fn check_duration(name: &str, duration: Duration, whole: bool) -> Result<(), Error> {
+    let fits = duration >= Duration::from_millis(1) && duration <= Duration::from_millis(MAX_MS);
+    let whole_ms = duration.subsec_nanos().is_multiple_of(1_000_000);
+    if fits && (whole_ms || !whole) {
+        return Ok(());
+    }
+    let what = if whole {
+        "a whole number of milliseconds"
+    } else {
+        "a duration"
+    };
+    Err(Error::Argument {
+        name: name.to_string(),
+        message: format!("{name} must be {what} from 1 ms to {MAX_MS} ms, not {duration:?}"),
+    })
+}
+
+impl Config {
+    /// Every option in its range (docs/clients.md: configuration is refused
+    /// when it is built, never at the first call).
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        check_duration("timeout", self.timeout, false)?;
+        check_duration("probe_interval", self.probe_interval, false)?;
+        if let Some(durable) = self.durable {
+            if durable.replicas == 0 {
+                return Err(Error::Argument {
+                    name: "durable.replicas".into(),
+                    message: "durable.replicas must be from 1 to 4294967295, not 0 (WAIT 0 waits for nothing)".into(),
+                });
+            }
+            check_duration("durable.timeout", durable.timeout, true)?;
+        }
+        if !(0.0..=1.0).contains(&self.jitter_fraction) {
+            return Err(Error::Argument {
+                name: "jitter_fraction".into(),
+                message: format!("jitter_fraction must be from 0 to 1, not {}", self.jitter_fraction),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -117,7 +164,7 @@ enum Topology {
 }
 
 /// The fallback's state, shared by every limiter made from one another
-/// (`Limiter::with_policy`).
+/// (`Limiter::with_on_error`).
 pub(crate) struct Shared {
     allow: Script,
     peek: Script,
@@ -186,15 +233,15 @@ enum Path {
 #[derive(Clone, Copy)]
 enum Args<'r> {
     Window(&'r Request, Op),
-    Refund { stamp: u64, cost: u64 },
+    Refund(&'r Refund),
 }
 
 impl Args<'_> {
     fn write(self, cmd: &mut Cmd) -> Result<(), Error> {
         match self {
             Args::Window(request, op) => request.write_args(op, cmd),
-            Args::Refund { stamp, cost } => {
-                write_refund_args(stamp, cost, cmd);
+            Args::Refund(refund) => {
+                refund.write_args(cmd);
                 Ok(())
             }
         }
@@ -247,8 +294,14 @@ impl<I: Io> Engine<'_, I> {
         Instant::now() + self.config.timeout + wait
     }
 
-    /// The request as sent: the prefix on its key, `NOW` from the clock.
-    fn prepare<'r>(&self, request: &'r Request, stamp: bool) -> Cow<'r, Request> {
+    /// The request as sent: the prefix on its key, `NOW` from the clock; an
+    /// option that `op` does not take is refused, never ignored.
+    fn prepare<'r>(&self, request: &'r Request, op: Op) -> Result<Cow<'r, Request>, Error> {
+        request.check_options(op)?;
+        let stamp = match op {
+            Op::Allow { stamp } => stamp,
+            _ => false,
+        };
         let clock_now = self
             .config
             .clock
@@ -256,19 +309,19 @@ impl<I: Io> Engine<'_, I> {
             .filter(|_| request.now.is_none())
             .map(|c| c.now_ms());
         if self.config.prefix.is_empty() && clock_now.is_none() && request.stamp == stamp {
-            return Cow::Borrowed(request);
+            return Ok(Cow::Borrowed(request));
         }
         let mut prepared = request.clone();
         prepared.key = format!("{}{}", self.config.prefix, request.key);
         prepared.now = request.now.or(clock_now);
         prepared.stamp = stamp;
-        Cow::Owned(prepared)
+        Ok(Cow::Owned(prepared))
     }
 
     fn policy(&self, request: &Request, result: Result<Decision, Error>) -> Result<Decision, Error> {
         match (result, self.config.policy) {
-            (Err(Error::Unavailable(cause)), Policy::Allow) => Ok(Decision::from_error(request, true, cause)),
-            (Err(Error::Unavailable(cause)), Policy::Deny) => Ok(Decision::from_error(request, false, cause)),
+            (Err(Error::Unavailable(cause)), ErrorPolicy::Allow) => Ok(Decision::from_error(request, true, cause)),
+            (Err(Error::Unavailable(cause)), ErrorPolicy::Deny) => Ok(Decision::from_error(request, false, cause)),
             (result, _) => result,
         }
     }
@@ -277,7 +330,12 @@ impl<I: Io> Engine<'_, I> {
         // In durable mode an allow always carries STAMP (the `deny` path
         // refunds by it); the Decision shows it only if asked.
         let asked = request.stamp;
-        let request = self.prepare(request, asked || self.config.durable.is_some());
+        let request = self.prepare(
+            request,
+            Op::Allow {
+                stamp: asked || self.config.durable.is_some(),
+            },
+        )?;
         let result = self
             .allow_once(&request, self.deadline(true))
             .await
@@ -311,11 +369,12 @@ impl<I: Io> Engine<'_, I> {
         if acknowledged >= u64::from(durable.replicas) {
             return Ok(decision);
         }
-        if self.config.policy == Policy::Deny {
+        if self.config.policy == ErrorPolicy::Deny {
             if let Some(stamp) = decision.stamp {
                 // Best effort: a request turned away consumes nothing.
+                let refund = Refund::new(&request.key, stamp).cost(request.cost);
                 let _ = self
-                    .refund_once(&request.key, stamp, request.cost, false, self.deadline(false))
+                    .refund_once(&request.key, &refund, false, self.deadline(false))
                     .await;
             }
         }
@@ -333,7 +392,7 @@ impl<I: Io> Engine<'_, I> {
     }
 
     pub async fn peek(&self, request: &Request) -> Result<Decision, Error> {
-        let request = self.prepare(request, false);
+        let request = self.prepare(request, Op::Peek)?;
         let deadline = self.deadline(false);
         let result = async {
             let exchange = self
@@ -351,14 +410,15 @@ impl<I: Io> Engine<'_, I> {
         self.policy(&request, result)
     }
 
-    pub async fn refund(&self, key: &str, stamp: u64, cost: u64) -> Result<u64, Error> {
-        let key = format!("{}{key}", self.config.prefix);
-        self.refund_once(&key, stamp, cost, true, self.deadline(true)).await
+    pub async fn refund(&self, refund: &Refund) -> Result<u64, Error> {
+        let key = format!("{}{}", self.config.prefix, refund.key);
+        self.refund_once(&key, refund, true, self.deadline(true)).await
     }
 
-    async fn refund_once(&self, key: &str, stamp: u64, cost: u64, wait: bool, deadline: Instant) -> Result<u64, Error> {
+    /// `refund` on `key` (the prefix already on it; `refund.key` is not read).
+    async fn refund_once(&self, key: &str, refund: &Refund, wait: bool, deadline: Instant) -> Result<u64, Error> {
         let exchange = self
-            .exchange(Op::Refund, key, Args::Refund { stamp, cost }, wait, deadline)
+            .exchange(Op::Refund, key, Args::Refund(refund), wait, deadline)
             .await?;
         // A refund that was not replicated is lost in a failover: the window
         // stays conservative, so its WAIT figure raises nothing.
@@ -401,10 +461,15 @@ impl<I: Io> Engine<'_, I> {
     }
 
     pub async fn allow_all(&self, requests: &[Request]) -> Result<MultiDecision, Error> {
+        // Every argument the client checks, before anything is sent: a bad
+        // one at request j would otherwise follow admissions before it.
+        for request in requests {
+            request.allow_command()?;
+        }
         let mut decisions: Vec<Decision> = Vec::with_capacity(requests.len());
         let mut sent: Vec<Cow<'_, Request>> = Vec::with_capacity(requests.len());
         for (j, request) in requests.iter().enumerate() {
-            let request = self.prepare(request, true);
+            let request = self.prepare(request, Op::Allow { stamp: true })?;
             let result = self.allow_once(&request, self.deadline(true)).await;
             match result {
                 Ok(decision) => {
@@ -422,16 +487,16 @@ impl<I: Io> Engine<'_, I> {
                         return Err(error);
                     };
                     let allowed = match self.config.policy {
-                        Policy::Raise => return Err(Error::Unavailable(cause)),
-                        Policy::Allow => true,
-                        Policy::Deny => false,
+                        ErrorPolicy::Raise => return Err(Error::Unavailable(cause)),
+                        ErrorPolicy::Allow => true,
+                        ErrorPolicy::Deny => false,
                     };
                     decisions.push(Decision::from_error(&request, allowed, cause));
                     return Ok(MultiDecision {
                         allowed,
                         decisions,
                         rejected: (!allowed).then_some(j),
-                        binding: j,
+                        binding_index: j,
                     });
                 }
             }
@@ -444,9 +509,8 @@ impl<I: Io> Engine<'_, I> {
     async fn refund_admitted(&self, requests: &[Cow<'_, Request>], decisions: &[Decision]) {
         for (request, decision) in requests.iter().zip(decisions) {
             if let (true, Some(stamp)) = (decision.allowed, decision.stamp) {
-                let _ = self
-                    .refund_once(&request.key, stamp, request.cost, true, self.deadline(true))
-                    .await;
+                let refund = Refund::new(&request.key, stamp).cost(request.cost);
+                let _ = self.refund_once(&request.key, &refund, true, self.deadline(true)).await;
             }
         }
     }
@@ -460,7 +524,7 @@ impl<I: Io> Engine<'_, I> {
         wait: bool,
         deadline: Instant,
     ) -> Result<Exchange, Error> {
-        let read = op == Op::Peek && self.config.read_from_replicas;
+        let read = op == Op::Peek && self.config.replica_reads;
         // Durable mode: WAIT after a reply that wrote, on its connection.
         let wait_cmd = self.config.durable.filter(|_| wait && op != Op::Peek).map(|durable| {
             let mut wait = redis::cmd("WAIT");

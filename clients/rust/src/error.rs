@@ -154,7 +154,7 @@ impl From<Unavailable> for Error {
 
 /// What to answer when there is no answer (docs/clients.md, "Errors").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Policy {
+pub enum ErrorPolicy {
     /// Return [`Error::Unavailable`] with the cause (the default).
     #[default]
     Raise,

@@ -4,17 +4,16 @@
 //! over the `redis` crate; and a `tower::Layer` for axum, tonic and hyper.
 //!
 //! ```no_run
-//! # #[cfg(feature = "tower")] mod doc { async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! # #[cfg(feature = "axum")] mod doc { async fn f() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::{net::SocketAddr, time::Duration};
-//! use axum::{error_handling::HandleErrorLayer, extract::ConnectInfo, http::StatusCode, routing::get, BoxError, Router};
-//! use xcloak_client::{tower::{HttpLimit, PeerIp, RateLimitLayer}, Limiter};
+//! use axum::{error_handling::HandleErrorLayer, http::StatusCode, routing::get, BoxError, Router};
+//! use xcloak_client::{tower::{HttpLimit, RateLimitLayer}, Limiter};
 //!
-//! let limiter = Limiter::new(redis::Client::open("redis://127.0.0.1/")?.get_connection_manager().await?);
-//! let limit = RateLimitLayer::new(limiter, [HttpLimit::new(Duration::from_secs(60), 100)])
-//!     .key(PeerIp::from_extension(|c: &ConnectInfo<SocketAddr>| c.0));
-//! let app = Router::new().route("/", get(|| async { "hello" })).layer(tower::ServiceBuilder::new()
-//!     .layer(HandleErrorLayer::new(|e: BoxError| async move { (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()) }))
-//!     .layer(limit));
+//! let limiter = Limiter::new(xcloak_client::redis::Client::open("redis://127.0.0.1/")?.get_connection_manager().await?);
+//! // The key is the client's address, from axum's ConnectInfo (feature `axum`).
+//! let limit = RateLimitLayer::new(limiter, [HttpLimit::new(Duration::from_secs(60), 100)])?;
+//! let answer = |e: BoxError| async move { (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()) };
+//! let app = Router::new().route("/", get(|| async { "hello" })).layer((HandleErrorLayer::new(answer), limit));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
 //! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
 //! # Ok(()) } }
@@ -42,9 +41,17 @@
 //! The server's refusal of a call (a bad argument, `WRONGTYPE`, `NOPERM`) is
 //! [`Error::Server`] with its message verbatim, whatever the error policy: it
 //! is a bug in the caller. An outage or a timeout is [`Error::Unavailable`],
-//! or under [`Policy::Allow`] / [`Policy::Deny`] a Decision with
-//! `via = Via::Error`. A call that may have reached the server is never sent
-//! again (see [`Transport`] for what that asks of a cluster client).
+//! or under [`ErrorPolicy::Allow`] / [`ErrorPolicy::Deny`] (set by
+//! [`Builder::on_error`]) a Decision with `via = Via::Error`. An argument or
+//! configuration error is [`Error::Argument`], returned at once (a bad
+//! configuration by [`Builder::build`] and `RateLimitLayer::new`). A call
+//! that may have reached the server is never sent again (see [`Transport`]
+//! for what that asks of a cluster client).
+//!
+//! # Units
+//!
+//! Every duration is a `std::time::Duration` (windows, timeouts, waits);
+//! windows and the durable timeout are sent as whole milliseconds.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod blocking;
@@ -60,40 +67,45 @@ mod request;
 pub mod tower;
 mod transport;
 
+/// The `redis` crate this one is built on (1.x), for its `Client`: no version
+/// of your own to keep in step.
+pub use redis;
+
 pub use clock::{acquire_step, AcquireStep, Clock};
 pub use decision::{Decision, MultiDecision, TierState, Via};
 pub use engine::{Durable, Fallback, ALLOW_SCRIPT, PEEK_SCRIPT, REFUND_SCRIPT};
-pub use error::{Cause, Error, Policy, Unavailable};
+pub use error::{Cause, Error, ErrorPolicy, Unavailable};
 pub use headers::{
     ceil_seconds, policy_name, Style, RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING,
     RATELIMIT_RESET,
 };
 pub use limiter::{Builder, Limiter};
-pub use request::{refund_command, Request, Tier};
+pub use request::{Refund, Request, Tier};
 pub use transport::{SlotRange, Standalone, Transport};
 
 /// A cluster client builder set for a limiter: `retries(0)`, so the client
 /// never sends a call again after an I/O error or a timeout (it may have been
 /// applied; the [`Transport`] follows `MOVED` and `ASK` itself), and, with
-/// `read_from_replicas`, reads routed to replicas (their connections send
-/// `READONLY`; pair it with [`Builder::read_from_replicas`]).
+/// `replica_reads`, reads routed to replicas (their connections send
+/// `READONLY`; pair it with [`Builder::replica_reads`]).
 ///
 /// ```no_run
 /// # async fn run() -> redis::RedisResult<()> {
 /// let cluster = xcloak_client::cluster_client(["redis://127.0.0.1:7000/"], true).build()?;
 /// let limiter = xcloak_client::Limiter::builder(cluster.get_async_connection().await?)
-///     .read_from_replicas(true)
-///     .build();
+///     .replica_reads(true)
+///     .build()
+///     .expect("valid options");
 /// # Ok(()) }
 /// ```
 #[cfg(feature = "cluster")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
 pub fn cluster_client<T: redis::IntoConnectionInfo>(
     nodes: impl IntoIterator<Item = T>,
-    read_from_replicas: bool,
+    replica_reads: bool,
 ) -> redis::cluster::ClusterClientBuilder {
     let builder = redis::cluster::ClusterClientBuilder::new(nodes).retries(0);
-    if read_from_replicas {
+    if replica_reads {
         builder.read_routing_strategy(redis::cluster_read_routing::RandomReplicaStrategy)
     } else {
         builder

@@ -8,8 +8,8 @@ use redis::{Cmd, RedisResult, Value};
 use crate::clock::Clock;
 use crate::decision::{Decision, MultiDecision};
 use crate::engine::{timeout_error, Config, Durable, Engine, Fallback, Io, Shared, Then};
-use crate::error::{Error, Policy};
-use crate::request::Request;
+use crate::error::{Error, ErrorPolicy};
+use crate::request::{Refund, Request};
 use crate::transport::{SlotRange, Transport};
 
 /// Exact sliding-window limits on Redis: `XCLOAK.ALLOW` where the module is
@@ -17,7 +17,7 @@ use crate::transport::{SlotRange, Transport};
 ///
 /// Cheap to clone (it shares the transport and the fallback's state). Every
 /// call is bounded by the limiter's timeout (default 1 s) and answered by its
-/// error policy (default [`Policy::Raise`]) when there is no answer in time.
+/// error policy (default [`ErrorPolicy::Raise`]) when there is no answer in time.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -53,15 +53,19 @@ impl<T> std::fmt::Debug for Limiter<T> {
         f.debug_struct("Limiter")
             .field("prefix", &self.config.prefix)
             .field("fallback", &self.config.fallback)
-            .field("policy", &self.config.policy)
+            .field("on_error", &self.config.policy)
             .field("timeout", &self.config.timeout)
             .field("durable", &self.config.durable)
-            .field("read_from_replicas", &self.config.read_from_replicas)
+            .field("replica_reads", &self.config.replica_reads)
             .finish_non_exhaustive()
     }
 }
 
 /// Configures a [`Limiter`] (or a [`blocking::Limiter`](crate::blocking::Limiter)).
+///
+/// The options are checked when the limiter is built: [`Builder::build`]
+/// returns [`Error::Argument`] naming the option and its range, before
+/// anything is sent. Every duration is a `std::time::Duration`.
 pub struct Builder<T> {
     transport: T,
     config: Config,
@@ -81,29 +85,35 @@ impl<T> Builder<T> {
     }
 
     /// How long a node stays on the script before the command is tried again
-    /// (default 60 s): a later `MODULE LOAD` is picked up within it.
+    /// (default 60 s, at least 1 ms): a later `MODULE LOAD` is picked up within it.
     pub fn probe_interval(mut self, interval: Duration) -> Self {
         self.config.probe_interval = interval;
         self
     }
 
-    /// What an outage or a timeout answers (default [`Policy::Raise`]).
-    pub fn policy(mut self, policy: Policy) -> Self {
+    /// What an outage or a timeout answers (default [`ErrorPolicy::Raise`]).
+    /// Never an argument or configuration error: those are always returned.
+    pub fn on_error(mut self, policy: ErrorPolicy) -> Self {
         self.config.policy = policy;
         self
     }
 
-    /// The bound of each call, whatever the connection's own settings (default 1 s).
+    /// The bound of each call, whatever the connection's own settings
+    /// (default 1 s, at least 1 ms). A durable call is bounded by this plus
+    /// the durable timeout (see [`Builder::durable`]).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.config.timeout = timeout;
         self
     }
 
-    /// Durable mode: an admission counts once `replicas` replicas hold it
-    /// (`WAIT replicas timeout` after its reply, on the same connection), else
-    /// it goes to the error policy; under `Deny` it is also refunded. Every
-    /// allow then carries `STAMP` (shown in the Decision only if asked);
-    /// rejections and peeks send no `WAIT`.
+    /// Durable mode: an admission counts once `replicas` (at least 1) replicas
+    /// hold it (`WAIT replicas timeout` after its reply, on the same
+    /// connection), else it goes to the error policy; under `Deny` it is also
+    /// refunded. `timeout` is the WAIT's, whole milliseconds, at least 1 ms
+    /// (`WAIT` with 0 would block for ever), and adds to the call's own: a
+    /// durable admission takes at most `timeout` (the limiter's) + this
+    /// `timeout`. Every allow then carries `STAMP` (shown in the Decision only
+    /// if asked); rejections and peeks send no `WAIT`.
     pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
         self.config.durable = Some(Durable { replicas, timeout });
         self
@@ -113,8 +123,8 @@ impl<T> Builder<T> {
     /// cluster client must read from replicas too (its connections send
     /// `READONLY`): [`cluster_client`](crate::cluster_client) with `true`, or
     /// `ClusterClientBuilder::read_routing_strategy`.
-    pub fn read_from_replicas(mut self, read_from_replicas: bool) -> Self {
-        self.config.read_from_replicas = read_from_replicas;
+    pub fn replica_reads(mut self, replica_reads: bool) -> Self {
+        self.config.replica_reads = replica_reads;
         self
     }
 
@@ -130,15 +140,17 @@ impl<T> Builder<T> {
         self
     }
 
-    /// At most this fraction of the retry-after is added to each of
-    /// `acquire`'s sleeps (default 0.1).
+    /// At most this fraction (from 0 to 1) of the retry-after is added to
+    /// each of `acquire`'s sleeps (default 0.1).
     pub fn jitter_fraction(mut self, fraction: f64) -> Self {
-        self.config.jitter_fraction = fraction.max(0.0);
+        self.config.jitter_fraction = fraction;
         self
     }
 
-    pub(crate) fn into_parts(self) -> (T, Config) {
-        (self.transport, self.config)
+    /// The transport and the checked options.
+    pub(crate) fn into_parts(self) -> Result<(T, Config), Error> {
+        self.config.check()?;
+        Ok((self.transport, self.config))
     }
 
     pub(crate) fn with(transport: T) -> Builder<T> {
@@ -150,12 +162,16 @@ impl<T> Builder<T> {
 }
 
 impl<T: Transport> Builder<T> {
-    pub fn build(self) -> Limiter<T> {
-        Limiter {
-            transport: Arc::new(self.transport),
-            config: Arc::new(self.config),
+    /// The limiter, or [`Error::Argument`] naming the first option out of
+    /// its range (`timeout`, `probe_interval`, `durable.replicas`,
+    /// `durable.timeout`, `jitter_fraction`).
+    pub fn build(self) -> Result<Limiter<T>, Error> {
+        let (transport, config) = self.into_parts()?;
+        Ok(Limiter {
+            transport: Arc::new(transport),
+            config: Arc::new(config),
             shared: Arc::new(Shared::new()),
-        }
+        })
     }
 }
 
@@ -197,18 +213,23 @@ impl<T: Transport> Io for AsyncIo<'_, T> {
 
 impl<T: Transport> Limiter<T> {
     /// A limiter with the defaults: no prefix, `Fallback::Auto`, 1 s timeout,
-    /// `Policy::Raise`.
+    /// `ErrorPolicy::Raise`.
     pub fn new(transport: T) -> Limiter<T> {
-        Builder::with(transport).build()
+        Limiter {
+            transport: Arc::new(transport),
+            config: Arc::new(Config::default()),
+            shared: Arc::new(Shared::new()),
+        }
     }
 
+    /// Configure it: `Limiter::builder(conn).timeout(..).on_error(..).build()?`.
     pub fn builder(transport: T) -> Builder<T> {
         Builder::with(transport)
     }
 
     /// The same limiter (connection, fallback state) with another error
     /// policy: a login endpoint fails closed, an API open.
-    pub fn with_policy(&self, policy: Policy) -> Limiter<T> {
+    pub fn with_on_error(&self, policy: ErrorPolicy) -> Limiter<T> {
         let mut config = (*self.config).clone();
         config.policy = policy;
         Limiter {
@@ -238,17 +259,19 @@ impl<T: Transport> Limiter<T> {
     }
 
     /// `XCLOAK.PEEK`: what `allow` would decide now; records nothing. Goes to a
-    /// replica with [`Builder::read_from_replicas`]. With [`Request::oldest`],
+    /// replica with [`Builder::replica_reads`]. With [`Request::oldest`],
     /// the Decision's `oldest` is where the binding tier's moving window starts.
     pub async fn peek(&self, request: &Request) -> Result<Decision, Error> {
         self.engine().peek(request).await
     }
 
     /// `XCLOAK.REFUND key stamp [COST c]`: takes back an admission by the stamp
-    /// its Decision carried; returns how many entries it removed (0 when it
-    /// already left the window). Outages are raised (no policy: nothing to decide).
-    pub async fn refund(&self, key: &str, stamp: u64, cost: u64) -> Result<u64, Error> {
-        self.engine().refund(key, stamp, cost).await
+    /// its Decision carried ([`Refund::new`]`(key, stamp)`, with
+    /// [`Refund::cost`] when the admission cost more than 1); returns how many
+    /// entries it removed (0 when it already left the window). Outages are
+    /// raised (no policy: nothing to decide).
+    pub async fn refund(&self, refund: &Refund) -> Result<u64, Error> {
+        self.engine().refund(refund).await
     }
 
     /// `DEL key`: forgets the window; whether one was there.

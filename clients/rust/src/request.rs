@@ -50,10 +50,12 @@ pub struct Request {
     /// Units this request takes (default 1, then not sent).
     pub cost: u64,
     /// Ask for the admission's stamp (`STAMP`), the handle [`refund`](crate::Limiter::refund) takes.
-    /// An `allow` option; a peek ignores it.
+    /// An `allow` option (also `acquire`'s and `allow_all`'s): a peek refuses it
+    /// with [`Error::Argument`] naming `stamp`.
     pub stamp: bool,
     /// Ask for the oldest entry live in the binding tier's window (`OLDEST`),
-    /// the Decision's `oldest`. A `peek` option; an allow ignores it.
+    /// the Decision's `oldest`. A `peek` option: `allow`, `acquire` and
+    /// `allow_all` refuse it with [`Error::Argument`] naming `oldest`.
     pub oldest: bool,
     /// The server's notion of now, in unix milliseconds (`NOW`), for replays and
     /// tests. `None` (the default) lets the server's clock decide; a limiter built
@@ -115,7 +117,7 @@ impl Request {
 
     /// The canonical `XCLOAK.ALLOW key window limit [TIER w l]... [COST c] [NOW t] DETAILS [STAMP]`,
     /// byte for byte what a [`Limiter`](crate::Limiter) sends (without its prefix).
-    /// Refuses a window that is not a whole number of milliseconds.
+    /// Refuses a window that is not a whole number of milliseconds, and `oldest` (a peek's).
     pub fn allow_command(&self) -> Result<Cmd, Error> {
         let mut cmd = redis::cmd("XCLOAK.ALLOW");
         cmd.arg(&self.key);
@@ -124,6 +126,7 @@ impl Request {
     }
 
     /// The canonical `XCLOAK.PEEK key window limit [TIER w l]... [COST c] [NOW t] [OLDEST]`.
+    /// Refuses a window that is not a whole number of milliseconds, and `stamp` (an allow's).
     pub fn peek_command(&self) -> Result<Cmd, Error> {
         let mut cmd = redis::cmd("XCLOAK.PEEK");
         cmd.arg(&self.key);
@@ -131,8 +134,26 @@ impl Request {
         Ok(cmd)
     }
 
+    /// Refuses the option that `op` does not take, rather than ignore it
+    /// (docs/clients.md, "Arguments"): `oldest` on an allow, `stamp` on a peek.
+    pub(crate) fn check_options(&self, op: Op) -> Result<(), Error> {
+        let refused = match op {
+            Op::Allow { .. } if self.oldest => Some(("oldest", "a peek option: allow takes no oldest")),
+            Op::Peek if self.stamp => Some(("stamp", "an allow option: peek takes no stamp (it records nothing)")),
+            _ => None,
+        };
+        match refused {
+            Some((name, why)) => Err(Error::Argument {
+                name: name.to_string(),
+                message: format!("{name} is {why}"),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Writes the arguments after the key, in the canonical order.
     pub(crate) fn write_args(&self, op: Op, cmd: &mut Cmd) -> Result<(), Error> {
+        self.check_options(op)?;
         cmd.arg(whole_ms("window", self.window)?).arg(self.limit);
         for (i, tier) in self.tiers.iter().enumerate() {
             let name = format!("window of TIER {}", i + 1);
@@ -160,18 +181,56 @@ impl Request {
     }
 }
 
-/// The canonical `XCLOAK.REFUND key stamp [COST c]`.
-pub fn refund_command(key: &str, stamp: u64, cost: u64) -> Cmd {
-    let mut cmd = redis::cmd("XCLOAK.REFUND");
-    cmd.arg(key);
-    write_refund_args(stamp, cost, &mut cmd);
-    cmd
+/// A refund: `XCLOAK.REFUND key stamp [COST c]`, taking back an admission
+/// by the stamp its Decision carried (docs/clients.md, "Calls").
+///
+/// ```
+/// use xcloak_client::Refund;
+///
+/// // The admission cost 3: give back all three.
+/// let refund = Refund::new("login:alice", 1_700_000_000_123).cost(3);
+/// assert_eq!(refund.cost, 3);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refund {
+    /// The window's key, after the limiter's prefix, as the admission's.
+    pub key: String,
+    /// The admission's stamp ([`Decision::stamp`](crate::Decision::stamp)).
+    pub stamp: u64,
+    /// Units to give back, at most the admission's cost (default 1, then not sent).
+    pub cost: u64,
 }
 
-pub(crate) fn write_refund_args(stamp: u64, cost: u64, cmd: &mut Cmd) {
-    cmd.arg(stamp);
-    if cost != 1 {
-        cmd.arg("COST").arg(cost);
+impl Refund {
+    /// Gives back one unit of the admission stamped `stamp` on `key`.
+    pub fn new(key: impl Into<String>, stamp: u64) -> Refund {
+        Refund {
+            key: key.into(),
+            stamp,
+            cost: 1,
+        }
+    }
+
+    /// Gives back `cost` units (default 1): the admission's cost, to refund it whole.
+    pub fn cost(mut self, cost: u64) -> Refund {
+        self.cost = cost;
+        self
+    }
+
+    /// The canonical `XCLOAK.REFUND key stamp [COST c]`, byte for byte what a
+    /// [`Limiter`](crate::Limiter) sends (without its prefix).
+    pub fn command(&self) -> Cmd {
+        let mut cmd = redis::cmd("XCLOAK.REFUND");
+        cmd.arg(&self.key);
+        self.write_args(&mut cmd);
+        cmd
+    }
+
+    pub(crate) fn write_args(&self, cmd: &mut Cmd) {
+        cmd.arg(self.stamp);
+        if self.cost != 1 {
+            cmd.arg("COST").arg(self.cost);
+        }
     }
 }
 
@@ -225,8 +284,7 @@ mod tests {
         let request = Request::new("k", Duration::from_secs(1), 3)
             .tier(Duration::from_secs(60), 5)
             .cost(2)
-            .now(7)
-            .stamp();
+            .now(7);
         // OLDEST is a peek's, last; STAMP an allow's.
         assert_eq!(
             args(&request.clone().oldest().peek_command().unwrap()),
@@ -245,12 +303,18 @@ mod tests {
                 "OLDEST"
             ]
         );
+        // Each refuses the other's option, by name, rather than ignore it.
+        for (error, name) in [
+            (request.clone().oldest().allow_command().unwrap_err(), "oldest"),
+            (request.clone().stamp().peek_command().unwrap_err(), "stamp"),
+        ] {
+            assert!(
+                matches!(&error, Error::Argument { name: n, .. } if n == name),
+                "{error:?}"
+            );
+        }
         assert_eq!(
-            args(&request.clone().oldest().allow_command().unwrap()),
-            args(&request.allow_command().unwrap())
-        );
-        assert_eq!(
-            args(&request.allow_command().unwrap()),
+            args(&request.clone().stamp().allow_command().unwrap()),
             [
                 "XCLOAK.ALLOW",
                 "k",
@@ -293,9 +357,9 @@ mod tests {
             ),
             ["XCLOAK.PEEK", "k", "5", "1"]
         );
-        assert_eq!(args(&refund_command("k", 9, 1)), ["XCLOAK.REFUND", "k", "9"]);
+        assert_eq!(args(&Refund::new("k", 9).command()), ["XCLOAK.REFUND", "k", "9"]);
         assert_eq!(
-            args(&refund_command("k", 9, 4)),
+            args(&Refund::new("k", 9).cost(4).command()),
             ["XCLOAK.REFUND", "k", "9", "COST", "4"]
         );
     }

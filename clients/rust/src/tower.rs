@@ -2,13 +2,22 @@
 //! `hyper_util`'s `TowerToHyperService`), as docs/clients.md, "Middleware", says:
 //!
 //! - **Key**: a [`KeyExtractor`] of the request: the client's address
-//!   ([`PeerIp`], the default; `X-Forwarded-For` / `Forwarded` only behind the
-//!   proxies you trust), a header ([`HeaderKey`]), or any function of the
-//!   request's parts. Windows live at `rl:<limit name>:<key>`.
+//!   ([`PeerIp`], the default: axum's `ConnectInfo<SocketAddr>` with the `axum`
+//!   feature, or a `SocketAddr` extension; `X-Forwarded-For` / `Forwarded` only
+//!   behind the proxies you trust), a header ([`HeaderKey`]), or any function
+//!   of the request's parts. Windows live at `rl:<limit name>:<key>`. A request
+//!   without a key is the layer's error (the framework answers, usually 500):
+//!   whether a request carries the peer's address is decided by how the app is
+//!   served, after the layer is built, so it can only be found per request.
+//! - **Configuration** is checked when the layer is built:
+//!   [`RateLimitLayer::new`] refuses a window, limit, cost, tier or names out
+//!   of range with [`Error::Argument`](crate::Error::Argument), never at a request.
 //! - **Limits**: one or more [`HttpLimit`]s, each with its tiers; several are
 //!   checked all or nothing ([`Limiter::allow_all`]).
-//! - **Rejected**: `429 Too Many Requests` with the headers and `Retry-After`
-//!   (a request larger than a limit: no `Retry-After`, and a body that says so).
+//! - **Rejected**: `429 Too Many Requests` with the headers and `Retry-After`.
+//! - **The request's result**: an admitted request carries its
+//!   [`MultiDecision`] in its extensions (one decision per limit, in order),
+//!   for the handler: `Extension<MultiDecision>` in axum.
 //!   **Allowed**: the response carries the same headers.
 //! - **Error policy** (the limiter's, with its timeout): `raise` returns the
 //!   error to the framework (in axum, `HandleErrorLayer` answers, usually
@@ -18,6 +27,12 @@
 //!   `STAMP`, and once the inner service has answered (a status below 400 is a
 //!   success; an error is a failure), its own admission is refunded by its
 //!   stamp. Never peek-then-allow: under concurrency that lets a burst through.
+//!   So a request still in flight holds its slot until its refund: under
+//!   `skip_successful`, `limit` concurrent successful requests fill the window
+//!   for as long as they run, and the next one gets 429.
+//!
+//! Per request the layer sends one `XCLOAK.ALLOW` per limit, and nothing else
+//! (plus one `XCLOAK.REFUND` per refunded admission under `skip_*`).
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -34,16 +49,22 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::decision::{MultiDecision, Via};
+use crate::engine::check_duration;
+use crate::error::Error;
 use crate::headers::Style;
 use crate::limiter::Limiter;
-use crate::request::{Request, Tier};
+use crate::request::{Refund, Request, Tier};
 use crate::transport::Transport;
 
 /// The error type of [`RateLimit`]: the limiter's [`Error`](crate::Error)
 /// (downcast it), a [`KeyError`], or the inner service's error.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// One limit on every request that passes the layer.
+/// The most tiers a call takes after the positional one (16 in all).
+const MAX_TIERS: usize = 15;
+
+/// One limit on every request that passes the layer. Its options are checked
+/// by [`RateLimitLayer::new`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpLimit {
     name: String,
@@ -57,7 +78,8 @@ pub struct HttpLimit {
 }
 
 impl HttpLimit {
-    /// At most `limit` requests per `window` per key, in the window at
+    /// At most `limit` (at least 1) requests per `window` (whole
+    /// milliseconds, from 1 ms to 2^53 − 1 ms) per key, in the window at
     /// `rl:http:<key>` (see [`HttpLimit::name`]).
     pub fn new(window: Duration, limit: u64) -> HttpLimit {
         HttpLimit {
@@ -79,19 +101,20 @@ impl HttpLimit {
         self
     }
 
-    /// Also at most `limit` per `window` (a tier on the same key).
+    /// Also at most `limit` per `window` (a tier on the same key; up to 15).
     pub fn tier(mut self, window: Duration, limit: u64) -> HttpLimit {
         self.tiers.push(Tier { window, limit });
         self
     }
 
-    /// Each request takes `cost` units (default 1).
+    /// Each request takes `cost` units (default 1; at most the smallest limit).
     pub fn cost(mut self, cost: u64) -> HttpLimit {
         self.cost = cost;
         self
     }
 
-    /// The policy names in the headers, one per tier (default `<limit>-in-<s>s`).
+    /// The policy names in the headers, one per tier, the positional one
+    /// first (default `<limit>-in-<s>s`).
     pub fn names<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> HttpLimit {
         self.names = names.into_iter().map(Into::into).collect();
         self
@@ -107,6 +130,74 @@ impl HttpLimit {
     pub fn skip_failed(mut self) -> HttpLimit {
         self.skip_failed = true;
         self
+    }
+
+    /// Every option in its range, or the first one out of it, by name.
+    fn check(&self) -> Result<(), Error> {
+        let refuse = |name: &str, message: String| {
+            Err(Error::Argument {
+                name: name.to_string(),
+                message: format!("HttpLimit {:?}: {message}", self.name),
+            })
+        };
+        if self.name.is_empty() {
+            return refuse(
+                "name",
+                "name must not be empty (windows live at rl:<name>:<key>)".into(),
+            );
+        }
+        let within = |name: &str, window: Duration| {
+            check_duration(name, window, true).map_err(|error| Error::Argument {
+                name: name.to_string(),
+                message: format!("HttpLimit {:?}: {}", self.name, error),
+            })
+        };
+        within("window", self.window)?;
+        if self.limit == 0 {
+            return refuse(
+                "limit",
+                "limit must be at least 1, not 0 (it would refuse every request)".into(),
+            );
+        }
+        if self.tiers.len() > MAX_TIERS {
+            return refuse(
+                "tier",
+                format!(
+                    "at most {MAX_TIERS} tiers after the positional one (16 in all), not {}",
+                    self.tiers.len()
+                ),
+            );
+        }
+        for (i, tier) in self.tiers.iter().enumerate() {
+            within(&format!("window of TIER {}", i + 1), tier.window)?;
+            if tier.limit == 0 {
+                return refuse(
+                    &format!("limit of TIER {}", i + 1),
+                    format!("limit of TIER {} must be at least 1, not 0", i + 1),
+                );
+            }
+        }
+        let smallest = self.tiers.iter().map(|t| t.limit).fold(self.limit, u64::min);
+        if !(1..=smallest).contains(&self.cost) {
+            return refuse(
+                "cost",
+                format!(
+                    "cost must be from 1 to {smallest} (the smallest limit: a larger request could never be admitted), not {}",
+                    self.cost
+                ),
+            );
+        }
+        if !self.names.is_empty() && self.names.len() != self.tiers.len() + 1 {
+            return refuse(
+                "names",
+                format!(
+                    "names must give one name per tier ({}), not {}",
+                    self.tiers.len() + 1,
+                    self.names.len()
+                ),
+            );
+        }
+        Ok(())
     }
 
     fn request(&self, key: &str) -> Request {
@@ -227,10 +318,12 @@ type AddrSource = Arc<dyn Fn(&Extensions) -> Option<SocketAddr> + Send + Sync>;
 /// proxies the rightmost `X-Forwarded-For` (else `Forwarded: for=`) address
 /// that is not one of them.
 ///
-/// The peer address comes from the request's extensions: a
-/// `std::net::SocketAddr` ([`PeerIp::new`]), or a framework's own type
-/// ([`PeerIp::from_extension`]): axum's `ConnectInfo<SocketAddr>` (serve with
-/// `into_make_service_with_connect_info`), tonic's `TcpConnectInfo`.
+/// The peer address comes from the request's extensions. [`PeerIp::new`] (the
+/// layer's default) reads axum's `ConnectInfo<SocketAddr>` (with this crate's
+/// `axum` feature; serve the app with
+/// `into_make_service_with_connect_info::<SocketAddr>()`), else a
+/// `std::net::SocketAddr` (what a hyper connection loop inserts). Another
+/// framework's type: [`PeerIp::from_extension`] (tonic's `TcpConnectInfo`).
 #[derive(Clone)]
 pub struct PeerIp {
     source: AddrSource,
@@ -252,10 +345,11 @@ impl Default for PeerIp {
 }
 
 impl PeerIp {
-    /// The peer from a `std::net::SocketAddr` in the request's extensions.
+    /// The peer from axum's `ConnectInfo<SocketAddr>` (feature `axum`), else
+    /// from a `std::net::SocketAddr` in the request's extensions.
     pub fn new() -> PeerIp {
         PeerIp {
-            source: Arc::new(|extensions: &Extensions| extensions.get::<SocketAddr>().copied()),
+            source: Arc::new(peer_address),
             trusted: Arc::new([]),
         }
     }
@@ -277,13 +371,19 @@ impl PeerIp {
     /// Trust these proxies (addresses or CIDR ranges): a request from one of
     /// them counts against the rightmost forwarded address not in the list.
     /// Without trusted proxies the forwarding headers are never read (a
-    /// client could write any address there).
-    pub fn trust_proxies<S: AsRef<str>>(mut self, proxies: impl IntoIterator<Item = S>) -> Result<PeerIp, KeyError> {
-        let nets: Result<Vec<IpNet>, KeyError> = proxies
+    /// client could write any address there). An entry that is neither is
+    /// refused here, with [`Error::Argument`] naming `trust_proxies`.
+    pub fn trust_proxies<S: AsRef<str>>(mut self, proxies: impl IntoIterator<Item = S>) -> Result<PeerIp, Error> {
+        let nets: Result<Vec<IpNet>, Error> = proxies
             .into_iter()
             .map(|p| {
-                IpNet::parse(p.as_ref())
-                    .ok_or_else(|| KeyError(format!("{:?} is not an address or a CIDR range", p.as_ref())))
+                IpNet::parse(p.as_ref()).ok_or_else(|| Error::Argument {
+                    name: "trust_proxies".into(),
+                    message: format!(
+                        "trust_proxies takes addresses and CIDR ranges (10.0.0.0/8, 2001:db8::/32), not {:?}",
+                        p.as_ref()
+                    ),
+                })
             })
             .collect();
         self.trusted = nets?.into();
@@ -328,6 +428,25 @@ impl PeerIp {
     }
 }
 
+/// The default peer address: axum's `ConnectInfo<SocketAddr>`, else a `SocketAddr`.
+fn peer_address(extensions: &Extensions) -> Option<SocketAddr> {
+    #[cfg(feature = "axum")]
+    if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return Some(info.0);
+    }
+    extensions.get::<SocketAddr>().copied()
+}
+
+/// What to do when a request carries no peer address: the fix, by name.
+#[cfg(feature = "axum")]
+const NO_PEER: &str = "no client address in the request: axum: serve the app with \
+    `app.into_make_service_with_connect_info::<SocketAddr>()`; hyper: insert the peer's `SocketAddr` \
+    as a request extension; or key the layer otherwise with `RateLimitLayer::key(...)`";
+#[cfg(not(feature = "axum"))]
+const NO_PEER: &str = "no client address in the request: axum: enable xcloak-client's `axum` feature and \
+    serve the app with `app.into_make_service_with_connect_info::<SocketAddr>()`; hyper: insert the peer's \
+    `SocketAddr` as a request extension; or key the layer otherwise with `RateLimitLayer::key(...)`";
+
 /// `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`, `[2001:db8::1]:80`.
 fn parse_hop(text: &str) -> Option<IpAddr> {
     text.parse::<IpAddr>()
@@ -339,7 +458,7 @@ fn parse_hop(text: &str) -> Option<IpAddr> {
 impl KeyExtractor for PeerIp {
     fn key(&self, request: &Parts) -> Result<String, KeyError> {
         let peer = (self.source)(&request.extensions)
-            .ok_or_else(|| KeyError("no peer address in the request's extensions (axum: serve with into_make_service_with_connect_info; see PeerIp)".into()))?
+            .ok_or_else(|| KeyError(NO_PEER.into()))?
             .ip()
             .to_canonical();
         if !self.trusted(peer) {
@@ -380,15 +499,44 @@ impl<T, K> Clone for RateLimitLayer<T, K> {
 }
 
 impl<T: Transport> RateLimitLayer<T, PeerIp> {
-    /// `limits` on every request, keyed by the peer's IP address (a
-    /// `SocketAddr` extension; see [`PeerIp`] and [`RateLimitLayer::key`]).
-    pub fn new(limiter: Limiter<T>, limits: impl IntoIterator<Item = HttpLimit>) -> RateLimitLayer<T, PeerIp> {
-        RateLimitLayer {
+    /// `limits` on every request, keyed by the peer's IP address ([`PeerIp`]:
+    /// axum's `ConnectInfo<SocketAddr>` with the `axum` feature, else a
+    /// `SocketAddr` extension; another key: [`RateLimitLayer::key`]).
+    ///
+    /// Refuses, with [`Error::Argument`] naming the option and its range, no
+    /// limit at all, two limits with one name, and a limit whose window,
+    /// limit, cost, tiers or names are out of range (see [`HttpLimit`]). The
+    /// server's own bound on `limit` (`xcloak.max-limit`, default 1000000) is
+    /// its configuration, checked at the request.
+    pub fn new(
+        limiter: Limiter<T>,
+        limits: impl IntoIterator<Item = HttpLimit>,
+    ) -> Result<RateLimitLayer<T, PeerIp>, Error> {
+        let limits: Arc<[HttpLimit]> = limits.into_iter().collect();
+        if limits.is_empty() {
+            return Err(Error::Argument {
+                name: "limits".into(),
+                message: "limits must hold at least one HttpLimit".into(),
+            });
+        }
+        for (i, limit) in limits.iter().enumerate() {
+            limit.check()?;
+            if limits[..i].iter().any(|other| other.name == limit.name) {
+                return Err(Error::Argument {
+                    name: "name".into(),
+                    message: format!(
+                        "two limits are named {:?}: they would share the window rl:{}:<key> (HttpLimit::name)",
+                        limit.name, limit.name
+                    ),
+                });
+            }
+        }
+        Ok(RateLimitLayer {
             limiter,
-            limits: limits.into_iter().collect(),
+            limits,
             key: Arc::new(PeerIp::new()),
             style: Style::Ietf,
-        }
+        })
     }
 }
 
@@ -485,7 +633,6 @@ impl<B: http_body::Body<Data = Bytes>> http_body::Body for RateLimitBody<B> {
 }
 
 const TOO_MANY: &str = "Too Many Requests\n";
-const NEVER_FITS: &str = "Too Many Requests: this request is larger than the limit and can never be admitted\n";
 const UNAVAILABLE: &str = "Service Unavailable: the rate limiter could not decide\n";
 
 fn plain<B>(status: StatusCode, text: &'static str, headers: http::HeaderMap) -> http::Response<RateLimitBody<B>> {
@@ -525,19 +672,16 @@ where
             let (parts, body) = request.into_parts();
             let key = layer.key.key(&parts)?;
             let requests: Vec<Request> = layer.limits.iter().map(|limit| limit.request(&key)).collect();
+            // One XCLOAK.ALLOW per limit, nothing else (RateLimitLayer::new refuses no limits).
             let outcome = match requests.as_slice() {
-                [] => None,
-                [one] => Some(MultiDecision::from_decisions(vec![layer.limiter.allow(one).await?])),
-                several => Some(layer.limiter.allow_all(several).await?),
+                [one] => MultiDecision::from_decisions(vec![layer.limiter.allow(one).await?]),
+                several => layer.limiter.allow_all(several).await?,
             };
-            let request = http::Request::from_parts(parts, body);
-            let Some(outcome) = outcome else {
-                return inner
-                    .call(request)
-                    .await
-                    .map(|r| r.map(|body| RateLimitBody::Inner { body }))
-                    .map_err(Into::into);
-            };
+            let mut request = http::Request::from_parts(parts, body);
+            if outcome.allowed {
+                // The request's own result, for the handler (axum: `Extension<MultiDecision>`).
+                request.extensions_mut().insert(outcome.clone());
+            }
             if outcome.decisions.iter().any(|d| d.via == Via::Error) {
                 // The error policy answered: serve without headers, or 503.
                 if !outcome.allowed {
@@ -556,12 +700,8 @@ where
             let names: Vec<&[String]> = layer.limits.iter().map(|l| l.names.as_slice()).collect();
             let headers = outcome.headers_named(layer.style, &names);
             if !outcome.allowed {
-                let text = if outcome.binding().cost_exceeds_limit {
-                    NEVER_FITS
-                } else {
-                    TOO_MANY
-                };
-                return Ok(plain(StatusCode::TOO_MANY_REQUESTS, text, headers));
+                // Never a request larger than the limit: RateLimitLayer::new refuses that cost.
+                return Ok(plain(StatusCode::TOO_MANY_REQUESTS, TOO_MANY, headers));
             }
             let result = inner.call(request).await;
             let success = matches!(&result, Ok(response) if response.status().as_u16() < 400);
@@ -572,10 +712,13 @@ where
                     limit.skip_failed
                 };
                 if let (true, Some(stamp)) = (refund, decision.stamp) {
-                    let (limiter, key, cost) = (layer.limiter.clone(), request.key.clone(), request.cost);
+                    let (limiter, refund) = (
+                        layer.limiter.clone(),
+                        Refund::new(&request.key, stamp).cost(request.cost),
+                    );
                     // After the response: it does not wait for this round trip.
                     tokio::spawn(async move {
-                        let _ = limiter.refund(&key, stamp, cost).await;
+                        let _ = limiter.refund(&refund).await;
                     });
                 }
             }
@@ -636,7 +779,10 @@ mod tests {
             plain.key(&parts("[::ffff:203.0.113.9]:80", &[])).unwrap(),
             "203.0.113.9"
         );
-        assert!(PeerIp::new().trust_proxies(["10.0.0.0/33"]).is_err());
+        assert!(matches!(
+            PeerIp::new().trust_proxies(["10.0.0.0/8", "10.0.0.0/33"]),
+            Err(Error::Argument { name, .. }) if name == "trust_proxies"
+        ));
         assert!(IpNet::parse("2001:db8::/32")
             .unwrap()
             .contains("2001:db8:ffff::1".parse().unwrap()));

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redis::cluster_async::ClusterConnection;
 use support::{Cluster, Server};
-use xcloak_client::{cluster_client, Limiter, Policy, Request, Via};
+use xcloak_client::{cluster_client, ErrorPolicy, Limiter, Request, Via};
 
 const KEYS: usize = 120;
 
@@ -44,8 +44,9 @@ async fn calls_reach_the_key_node_directly_and_peeks_the_replicas() {
     let primaries = cluster.primaries();
     let replicas = cluster.replicas();
     let limiter = Limiter::builder(connect(&cluster, true).await)
-        .read_from_replicas(true)
-        .build();
+        .replica_reads(true)
+        .build()
+        .unwrap();
     cluster.reset_stats();
     let mut admitted = 0;
     for round in 0..4 {
@@ -102,7 +103,8 @@ async fn calls_reach_the_key_node_directly_and_peeks_the_replicas() {
     // none after a rejection.
     let durable = Limiter::builder(connect(&cluster, false).await)
         .durable(1, Duration::from_secs(2))
-        .build();
+        .build()
+        .unwrap();
     cluster.reset_stats();
     for round in 0..2 {
         for k in 0..30 {
@@ -273,7 +275,8 @@ async fn a_paused_primary_runs_a_timed_out_allow_once() {
     let owner = cluster.owner(key);
     let limiter = Limiter::builder(connect(&cluster, false).await)
         .timeout(Duration::from_millis(800))
-        .build();
+        .build()
+        .unwrap();
     limiter.allow(&minute(key, 100)).await.unwrap();
     owner.pause();
     let error = limiter.allow(&minute(key, 100)).await.unwrap_err();
@@ -296,10 +299,10 @@ async fn a_paused_primary_runs_a_timed_out_allow_once() {
     owner.pause();
     let error = limiter.allow_all(&requests).await.unwrap_err();
     assert!(error.is_unavailable(), "raise: {error:?}");
-    for (policy, allowed) in [(Policy::Allow, true), (Policy::Deny, false)] {
-        let m = limiter.with_policy(policy).allow_all(&requests).await.unwrap();
+    for (policy, allowed) in [(ErrorPolicy::Allow, true), (ErrorPolicy::Deny, false)] {
+        let m = limiter.with_on_error(policy).allow_all(&requests).await.unwrap();
         assert_eq!(
-            (m.allowed, m.rejected, m.binding, m.decisions.len()),
+            (m.allowed, m.rejected, m.binding_index, m.decisions.len()),
             (allowed, (!allowed).then_some(1), 1, 2),
             "{policy:?}"
         );

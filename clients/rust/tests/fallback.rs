@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 use support::Server;
-use xcloak_client::{Error, Fallback, Limiter, Policy, Request, Transport, Via};
+use xcloak_client::{Error, ErrorPolicy, Fallback, Limiter, Refund, Request, Transport, Via};
 
 #[derive(Clone)]
 struct Recording {
@@ -82,7 +82,13 @@ async fn an_unknown_command_moves_the_server_to_the_script_once_and_applies_noth
         ["EVALSHA", "EVAL"]
     };
     assert_eq!(transport.take(), read_only);
-    assert_eq!(limiter.refund("k", refused.stamp.unwrap_or(0), 1).await.unwrap(), 0);
+    assert_eq!(
+        limiter
+            .refund(&Refund::new("k", refused.stamp.unwrap_or(0)))
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(
         transport.take(),
         ["EVALSHA", "EVAL"],
@@ -96,7 +102,8 @@ async fn a_module_loaded_later_is_picked_up_after_the_probe_interval() {
     let transport = Recording::new(&server).await;
     let limiter = Limiter::builder(transport.clone())
         .probe_interval(Duration::from_millis(400))
-        .build();
+        .build()
+        .unwrap();
     assert_eq!(limiter.allow(&minute("p", 10)).await.unwrap().via, Via::Script);
     let _: () = redis::cmd("MODULE")
         .arg("LOAD")
@@ -128,7 +135,8 @@ async fn a_probe_that_finds_no_module_costs_one_round_trip_per_interval() {
     let transport = Recording::new(&server).await;
     let limiter = Limiter::builder(transport.clone())
         .probe_interval(Duration::from_millis(200))
-        .build();
+        .build()
+        .unwrap();
     limiter.allow(&minute("q", 10)).await.unwrap();
     transport.take();
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -144,20 +152,27 @@ async fn never_raises_the_unknown_command_and_always_skips_it() {
     let server = Server::without_module();
     let never = Limiter::builder(server.client().get_multiplexed_async_connection().await.unwrap())
         .fallback(Fallback::Never)
-        .policy(Policy::Allow)
-        .build();
+        .on_error(ErrorPolicy::Allow)
+        .build()
+        .unwrap();
     let error = never.allow(&minute("n", 3)).await.unwrap_err();
     assert!(
         matches!(&error, Error::Server { code, message } if code == "ERR" && message.starts_with("ERR unknown command 'XCLOAK.ALLOW'")),
         "{error:?}"
     );
     let transport = Recording::new(&server).await;
-    let always = Limiter::builder(transport.clone()).fallback(Fallback::Always).build();
+    let always = Limiter::builder(transport.clone())
+        .fallback(Fallback::Always)
+        .build()
+        .unwrap();
     assert_eq!(always.allow(&minute("n", 3)).await.unwrap().via, Via::Script);
     assert_eq!(transport.take(), ["EVALSHA", "EVAL"]);
     let with_module = Server::start();
     let transport = Recording::new(&with_module).await;
-    let always = Limiter::builder(transport.clone()).fallback(Fallback::Always).build();
+    let always = Limiter::builder(transport.clone())
+        .fallback(Fallback::Always)
+        .build()
+        .unwrap();
     assert_eq!(
         always.allow(&minute("n", 3)).await.unwrap().via,
         Via::Script,
@@ -182,8 +197,9 @@ async fn the_script_refuses_a_compact_window_and_the_policy_never_swallows_it() 
     );
     let script = Limiter::builder(server.client().get_multiplexed_async_connection().await.unwrap())
         .fallback(Fallback::Always)
-        .policy(Policy::Allow)
-        .build();
+        .on_error(ErrorPolicy::Allow)
+        .build()
+        .unwrap();
     let error = script.allow(&minute("c", 3)).await.unwrap_err();
     assert_eq!(
         error,
@@ -202,7 +218,8 @@ fn the_blocking_limiter_falls_back_and_probes_the_same_way() {
     let server = Server::without_module();
     let limiter = xcloak_client::blocking::Limiter::builder(server.client())
         .probe_interval(Duration::from_millis(300))
-        .build_blocking();
+        .build_blocking()
+        .unwrap();
     assert_eq!(limiter.allow(&minute("b", 5)).unwrap().via, Via::Script);
     assert_eq!(limiter.allow(&minute("b", 5)).unwrap().via, Via::Script);
     let _: () = redis::cmd("MODULE")

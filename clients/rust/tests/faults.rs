@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::Cmd;
 use support::{Replicated, Server};
-use xcloak_client::{blocking, Cause, Error, Limiter, Policy, Request, Standalone, Style, Transport, Unavailable, Via};
+use xcloak_client::{
+    blocking, Cause, Error, ErrorPolicy, Limiter, Refund, Request, Standalone, Style, Transport, Unavailable, Via,
+};
 
 fn minute(key: &str, limit: u64) -> Request {
     Request::new(key, Duration::from_secs(60), limit)
@@ -45,7 +47,7 @@ async fn paused_calls_run_once<T: Transport>(server: &Server, limiter: &Limiter<
     let started = Instant::now();
     let error = limiter.allow(&minute("once", 100)).await.unwrap_err();
     assert!(is_timeout(&error) || error.is_unavailable(), "{what}: {error:?}");
-    let refund = limiter.refund("once", stamp, 1).await.unwrap_err();
+    let refund = limiter.refund(&Refund::new("once", stamp)).await.unwrap_err();
     assert!(refund.is_unavailable(), "{what}: {refund:?}");
     let waited = started.elapsed();
     server.resume();
@@ -79,7 +81,10 @@ async fn paused_calls_run_once<T: Transport>(server: &Server, limiter: &Limiter<
 async fn a_timed_out_call_is_never_sent_again_multiplexed() {
     let server = Server::start();
     let conn: MultiplexedConnection = server.client().get_multiplexed_async_connection().await.unwrap();
-    let limiter = Limiter::builder(conn).timeout(Duration::from_millis(300)).build();
+    let limiter = Limiter::builder(conn)
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
     paused_calls_run_once(&server, &limiter, "MultiplexedConnection").await;
 }
 
@@ -88,7 +93,10 @@ async fn a_timed_out_call_is_never_sent_again_connection_manager() {
     // The manager's own defaults: its response timeout (500 ms) is longer than the limiter's.
     let server = Server::start();
     let manager = ConnectionManager::new(server.client()).await.unwrap();
-    let limiter = Limiter::builder(manager).timeout(Duration::from_millis(300)).build();
+    let limiter = Limiter::builder(manager)
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
     paused_calls_run_once(&server, &limiter, "ConnectionManager (default config)").await;
 
     // Its response timeout first (100 ms, under the limiter's 1 s): the manager
@@ -114,11 +122,15 @@ fn a_timed_out_call_is_never_sent_again_blocking() {
     let server = Server::start();
     let limiter = blocking::Limiter::builder(server.client())
         .timeout(Duration::from_millis(300))
-        .build_blocking();
+        .build_blocking()
+        .unwrap();
     let stamp = limiter.allow(&minute("once", 100).stamp()).unwrap().stamp.unwrap();
     server.pause();
     assert!(is_timeout(&limiter.allow(&minute("once", 100)).unwrap_err()));
-    assert!(limiter.refund("once", stamp, 1).unwrap_err().is_unavailable());
+    assert!(limiter
+        .refund(&Refund::new("once", stamp))
+        .unwrap_err()
+        .is_unavailable());
     server.resume();
     std::thread::sleep(Duration::from_millis(1000));
     // Each ran once. The REFUND went on a new connection: the pool had
@@ -138,8 +150,14 @@ fn a_timed_out_call_is_never_sent_again_blocking() {
 async fn a_paused_server_goes_to_the_policy() {
     let server = Server::start();
     let manager = ConnectionManager::new(server.client()).await.unwrap();
-    let raise = Limiter::builder(manager).timeout(Duration::from_millis(250)).build();
-    let (open, closed) = (raise.with_policy(Policy::Allow), raise.with_policy(Policy::Deny));
+    let raise = Limiter::builder(manager)
+        .timeout(Duration::from_millis(250))
+        .build()
+        .unwrap();
+    let (open, closed) = (
+        raise.with_on_error(ErrorPolicy::Allow),
+        raise.with_on_error(ErrorPolicy::Deny),
+    );
     raise.allow(&minute("p", 5)).await.unwrap();
     server.pause();
     let request = minute("p", 5).tier(Duration::from_secs(3600), 50);
@@ -167,7 +185,7 @@ async fn a_paused_server_goes_to_the_policy() {
         let peek = limiter.peek(&request).await.unwrap();
         assert_eq!((peek.allowed, peek.via), (allowed, Via::Error));
         // A refund and a reset have no Decision to fail open or closed: raised.
-        let refund = limiter.refund("p", 1, 1).await.unwrap_err();
+        let refund = limiter.refund(&Refund::new("p", 1)).await.unwrap_err();
         assert!(
             matches!(
                 &refund,
@@ -197,8 +215,11 @@ async fn a_paused_server_goes_to_the_policy() {
 async fn a_stopped_server_goes_to_the_policy_and_a_restart_is_picked_up() {
     let mut server = Server::start();
     let manager = ConnectionManager::new(server.client()).await.unwrap();
-    let raise = Limiter::builder(manager).timeout(Duration::from_millis(500)).build();
-    let open = raise.with_policy(Policy::Allow);
+    let raise = Limiter::builder(manager)
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let open = raise.with_on_error(ErrorPolicy::Allow);
     assert!(raise.allow(&minute("s", 5)).await.unwrap().allowed);
     server.stop();
     let error = raise.allow(&minute("s", 5)).await.unwrap_err();
@@ -227,8 +248,8 @@ async fn a_stopped_server_goes_to_the_policy_and_a_restart_is_picked_up() {
 async fn a_bad_argument_is_raised_under_every_policy() {
     let server = Server::start();
     let conn = server.client().get_multiplexed_async_connection().await.unwrap();
-    for policy in [Policy::Raise, Policy::Allow, Policy::Deny] {
-        let limiter = Limiter::builder(conn.clone()).policy(policy).build();
+    for policy in [ErrorPolicy::Raise, ErrorPolicy::Allow, ErrorPolicy::Deny] {
+        let limiter = Limiter::builder(conn.clone()).on_error(policy).build().unwrap();
         let error = limiter.allow(&minute("bad", 1_000_001)).await.unwrap_err();
         assert_eq!(
             error,
@@ -255,8 +276,9 @@ async fn a_bad_argument_is_raised_under_every_policy() {
         );
     }
     let blocking = blocking::Limiter::builder(server.client())
-        .policy(Policy::Allow)
-        .build_blocking();
+        .on_error(ErrorPolicy::Allow)
+        .build_blocking()
+        .unwrap();
     assert!(matches!(
         blocking.allow(&minute("bad", 1_000_001)),
         Err(Error::Server { .. })
@@ -285,7 +307,7 @@ async fn a_server_at_maxmemory_is_an_outage_not_a_refusal() {
         "{error:?}"
     );
     let d = limiter
-        .with_policy(Policy::Allow)
+        .with_on_error(ErrorPolicy::Allow)
         .allow(&minute("oom", 3))
         .await
         .unwrap();
@@ -349,7 +371,8 @@ async fn durable_mode_waits_after_an_admission_only_and_a_deny_refunds_what_it_d
     let durable = Limiter::builder(recorded.clone())
         .durable(1, Duration::from_millis(300))
         .timeout(Duration::from_secs(1))
-        .build();
+        .build()
+        .unwrap();
     // An admission carries STAMP, shown only if asked; WAIT follows its reply, in a send of its own.
     let d = durable.allow(&minute("d", 3)).await.unwrap();
     assert_eq!(
@@ -365,7 +388,10 @@ async fn durable_mode_waits_after_an_admission_only_and_a_deny_refunds_what_it_d
     let asked = durable.allow(&minute("d", 3).stamp()).await.unwrap();
     assert!(asked.allowed && asked.stamp.is_some(), "asked, it is shown: {asked:?}");
     // A refund's reply is followed by WAIT too.
-    assert_eq!(durable.refund("d", asked.stamp.unwrap(), 1).await.unwrap(), 1);
+    assert_eq!(
+        durable.refund(&Refund::new("d", asked.stamp.unwrap())).await.unwrap(),
+        1
+    );
     assert_eq!(
         recorded.take()[2..],
         sends(&[&[&format!("XCLOAK.REFUND d {}", asked.stamp.unwrap())], &["WAIT 1 300"]])
@@ -389,7 +415,11 @@ async fn durable_mode_waits_after_an_admission_only_and_a_deny_refunds_what_it_d
         "{error:?}"
     );
     assert_eq!(pair.primary.entries("d"), 2, "under raise the admission stands");
-    let open = durable.with_policy(Policy::Allow).allow(&minute("d", 3)).await.unwrap();
+    let open = durable
+        .with_on_error(ErrorPolicy::Allow)
+        .allow(&minute("d", 3))
+        .await
+        .unwrap();
     assert_eq!((open.allowed, open.via, open.stamp), (true, Via::Error, None));
     assert!(
         matches!(
@@ -404,7 +434,11 @@ async fn durable_mode_waits_after_an_admission_only_and_a_deny_refunds_what_it_d
     );
     assert_eq!(pair.primary.entries("d"), 3);
     // Deny refunds it by the stamp the caller did not ask for.
-    let closed = durable.with_policy(Policy::Deny).allow(&minute("d2", 3)).await.unwrap();
+    let closed = durable
+        .with_on_error(ErrorPolicy::Deny)
+        .allow(&minute("d2", 3))
+        .await
+        .unwrap();
     assert_eq!((closed.allowed, closed.via), (false, Via::Error));
     assert_eq!(
         pair.primary.entries("d2"),
@@ -432,11 +466,15 @@ async fn durable_mode_waits_after_an_admission_only_and_a_deny_refunds_what_it_d
     // The blocking limiter: the same, on one connection of its pool.
     let blocking = blocking::Limiter::builder(pair.primary.client())
         .durable(1, Duration::from_millis(300))
-        .build_blocking();
+        .build_blocking()
+        .unwrap();
     let waits = pair.primary.calls("wait");
     assert!(!blocking.allow(&minute("d", 3)).unwrap().allowed);
     assert_eq!(pair.primary.calls("wait"), waits, "blocking: a rejection sends no WAIT");
-    let closed = blocking.with_policy(Policy::Deny).allow(&minute("b", 3)).unwrap();
+    let closed = blocking
+        .with_on_error(ErrorPolicy::Deny)
+        .allow(&minute("b", 3))
+        .unwrap();
     assert_eq!(
         (closed.allowed, closed.via, pair.primary.entries("b")),
         (false, Via::Error, 0),
@@ -475,12 +513,13 @@ async fn a_server_at_max_clients_is_an_outage_not_a_refusal() {
     assert_eq!(held.len(), 4, "the server holds 4 clients");
     let full = blocking::Limiter::builder(server.client())
         .timeout(Duration::from_millis(500))
-        .build_blocking();
+        .build_blocking()
+        .unwrap();
     let error = full.allow(&minute("full", 3)).unwrap_err();
     assert!(error.is_unavailable(), "{error:?}");
     println!("at maxclients: {error}");
-    for (policy, allowed) in [(Policy::Allow, true), (Policy::Deny, false)] {
-        let d = full.with_policy(policy).allow(&minute("full", 3)).unwrap();
+    for (policy, allowed) in [(ErrorPolicy::Allow, true), (ErrorPolicy::Deny, false)] {
+        let d = full.with_on_error(policy).allow(&minute("full", 3)).unwrap();
         assert_eq!((d.allowed, d.via), (allowed, Via::Error), "{policy:?}");
     }
     drop(held);
@@ -539,8 +578,9 @@ async fn a_dropped_call_may_be_recorded_but_is_never_sent_again() {
     let conn = server.client().get_multiplexed_async_connection().await.unwrap();
     let limiter = Limiter::builder(conn)
         .timeout(Duration::from_secs(5))
-        .policy(Policy::Deny)
-        .build();
+        .on_error(ErrorPolicy::Deny)
+        .build()
+        .unwrap();
     assert_eq!(limiter.allow(&minute("drop", 10)).await.unwrap().remaining, 9);
     server.pause();
     let dropped = tokio::time::timeout(Duration::from_millis(200), limiter.allow(&minute("drop", 10))).await;
@@ -566,7 +606,7 @@ async fn a_dropped_call_may_be_recorded_but_is_never_sent_again() {
 /// Loses the reply to one ALLOW through `proxy` (the server ran it) and
 /// checks that `limiter` answered by its policy and sent nothing again.
 async fn lost_reply_runs_once<T: Transport>(server: &Server, proxy: &support::Proxy, limiter: Limiter<T>, what: &str) {
-    let limiter = limiter.with_policy(Policy::Deny);
+    let limiter = limiter.with_on_error(ErrorPolicy::Deny);
     let key = format!("lost:{what}");
     let before = server.calls("xcloak.allow");
     proxy.lose_next_allow_reply();

@@ -2,8 +2,11 @@
 //! from distinct loopback addresses (127.0.0.x, so each is its own client):
 //! limits and tiers, 429 with the contract's headers and headers on allowed
 //! responses, several limits all or nothing, skip_successful / skip_failed by
-//! a refund after the response, a request larger than the limit, the error
-//! policy against a paused and a stopped server, and the key extractors.
+//! a refund after the response, the error
+//! policy against a paused and a stopped server, the key extractors (the
+//! default: the peer address from axum's ConnectInfo), configuration refused
+//! when the layer is built, and the commands sent per request (one
+//! `XCLOAK.ALLOW` per limit, nothing else).
 mod support;
 
 use std::collections::BTreeMap;
@@ -14,11 +17,11 @@ use axum::error_handling::HandleErrorLayer;
 use axum::extract::ConnectInfo;
 use axum::http::StatusCode;
 use axum::routing::get;
-use axum::{BoxError, Router};
+use axum::{BoxError, Extension, Router};
 use support::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use xcloak_client::tower::{HeaderKey, HttpLimit, KeyExtractor, PeerIp, RateLimitLayer};
-use xcloak_client::{Limiter, Policy, Style, Transport};
+use xcloak_client::{Error, ErrorPolicy, Limiter, MultiDecision, Style, Transport};
 
 struct Reply {
     status: u16,
@@ -55,11 +58,21 @@ async fn get_from(server: SocketAddr, from: &str, path: &str, headers: &[(&str, 
 }
 
 /// An axum app behind `layer`: `/` answers 200, `/fail` 401; errors the
-/// layer raises are answered 500 with their text by HandleErrorLayer.
+/// layer raises are answered 500 with their text by HandleErrorLayer. Served
+/// with axum's ConnectInfo.
 async fn serve<T: Transport, K: KeyExtractor>(layer: RateLimitLayer<T, K>) -> SocketAddr {
+    serve_with(layer, true).await
+}
+
+/// `serve`, with or without `into_make_service_with_connect_info`.
+async fn serve_with<T: Transport, K: KeyExtractor>(layer: RateLimitLayer<T, K>, connect_info: bool) -> SocketAddr {
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .route("/fail", get(|| async { (StatusCode::UNAUTHORIZED, "no") }))
+        .route(
+            "/seen",
+            get(|Extension(m): Extension<MultiDecision>| async move { format!("remaining {}", m.binding().remaining) }),
+        )
         .layer(
             tower::ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(|e: BoxError| async move {
@@ -74,13 +87,19 @@ async fn serve<T: Transport, K: KeyExtractor>(layer: RateLimitLayer<T, K>) -> So
     };
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .await
-            .unwrap()
+        if connect_info {
+            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+                .await
+                .unwrap()
+        } else {
+            axum::serve(listener, app.into_make_service()).await.unwrap()
+        }
     });
     addr
 }
 
+/// The peer from a framework's own extension type (here axum's, which the
+/// default reads too).
 fn peer() -> PeerIp {
     PeerIp::from_extension(|c: &ConnectInfo<SocketAddr>| c.0)
 }
@@ -95,7 +114,7 @@ async fn a_limit_with_tiers_answers_429_with_the_contracts_headers() {
     let limit = HttpLimit::new(Duration::from_secs(60), 3)
         .name("api")
         .tier(Duration::from_secs(3600), 5);
-    let app = serve(RateLimitLayer::new(limiter(&redis).await, [limit]).key(peer())).await;
+    let app = serve(RateLimitLayer::new(limiter(&redis).await, [limit]).unwrap()).await;
     for remaining in [2, 1, 0] {
         let r = get_from(app, "127.0.0.2", "/", &[]).await;
         assert_eq!((r.status, r.body.as_str()), (200, "ok"));
@@ -121,6 +140,9 @@ async fn a_limit_with_tiers_answers_429_with_the_contracts_headers() {
         "{:?}",
         r.headers
     );
+    // The handler sees the request's own result (axum: Extension<MultiDecision>).
+    let seen = get_from(app, "127.0.0.24", "/seen", &[]).await;
+    assert_eq!((seen.status, seen.body.as_str()), (200, "remaining 2"));
     // Another client has its own window; the refused request recorded nothing.
     assert_eq!(get_from(app, "127.0.0.3", "/", &[]).await.status, 200);
     assert_eq!(
@@ -142,7 +164,7 @@ async fn several_limits_are_all_or_nothing() {
     ];
     let app = serve(
         RateLimitLayer::new(limiter(&redis).await, limits)
-            .key(peer())
+            .unwrap()
             .style(Style::Both),
     )
     .await;
@@ -181,7 +203,7 @@ async fn skip_successful_counts_only_failures_by_a_refund_after_the_response() {
     let login = HttpLimit::new(Duration::from_secs(60), 3)
         .name("login")
         .skip_successful();
-    let app = serve(RateLimitLayer::new(limiter(&redis).await, [login]).key(peer())).await;
+    let app = serve(RateLimitLayer::new(limiter(&redis).await, [login]).unwrap()).await;
     for _ in 0..5 {
         let r = get_from(app, "127.0.0.5", "/", &[]).await;
         // The headers are the admission's: one taken, before the refund.
@@ -214,7 +236,7 @@ async fn skip_successful_counts_only_failures_by_a_refund_after_the_response() {
 async fn skip_failed_refunds_the_failures() {
     let redis = Server::start();
     let api = HttpLimit::new(Duration::from_secs(60), 2).name("api").skip_failed();
-    let app = serve(RateLimitLayer::new(limiter(&redis).await, [api]).key(peer())).await;
+    let app = serve(RateLimitLayer::new(limiter(&redis).await, [api]).unwrap()).await;
     for _ in 0..4 {
         assert_eq!(get_from(app, "127.0.0.6", "/fail", &[]).await.status, 401);
         assert!(support::eventually(Duration::from_secs(5), || redis
@@ -226,19 +248,166 @@ async fn skip_failed_refunds_the_failures() {
     assert_eq!(get_from(app, "127.0.0.6", "/", &[]).await.status, 429);
 }
 
+/// The argument an Error::Argument names.
+fn refused(result: Result<impl Sized, Error>) -> (String, String) {
+    match result {
+        Err(Error::Argument { name, message }) => (name, message),
+        Err(other) => panic!("not an argument error: {other:?}"),
+        Ok(_) => panic!("accepted"),
+    }
+}
+
 #[tokio::test]
-async fn a_request_larger_than_the_limit_gets_429_without_retry_after() {
+async fn a_bad_configuration_is_refused_when_the_layer_is_built_whatever_the_policy() {
     let redis = Server::start();
-    let heavy = HttpLimit::new(Duration::from_secs(60), 3).name("heavy").cost(5);
-    let app = serve(RateLimitLayer::new(limiter(&redis).await, [heavy]).key(peer())).await;
-    let r = get_from(app, "127.0.0.7", "/", &[]).await;
-    assert_eq!(r.status, 429);
-    assert!(
-        !r.headers.contains_key("retry-after"),
-        "it can never fit: {:?}",
-        r.headers
+    // Under `allow`, an outage serves the request: a configuration error must not.
+    let open = limiter(&redis).await.with_on_error(ErrorPolicy::Allow);
+    let minute = |limit| HttpLimit::new(Duration::from_secs(60), limit);
+    let layer = |limits: Vec<HttpLimit>| RateLimitLayer::new(open.clone(), limits);
+    let cases: Vec<(Vec<HttpLimit>, &str, &str)> = vec![
+        (
+            vec![HttpLimit::new(Duration::ZERO, 10)],
+            "window",
+            "from 1 ms to 9007199254740991 ms",
+        ),
+        (
+            vec![HttpLimit::new(Duration::from_micros(1500), 10)],
+            "window",
+            "whole number of milliseconds",
+        ),
+        (
+            vec![HttpLimit::new(Duration::from_millis(9_007_199_254_740_992), 10)],
+            "window",
+            "9007199254740991",
+        ),
+        (vec![minute(0)], "limit", "at least 1"),
+        (vec![minute(3).cost(5)], "cost", "from 1 to 3"),
+        (vec![minute(3).cost(0)], "cost", "from 1 to 3"),
+        (
+            vec![minute(10).tier(Duration::from_secs(3600), 2).cost(3)],
+            "cost",
+            "from 1 to 2",
+        ),
+        (
+            vec![minute(10).tier(Duration::from_secs(3600), 0)],
+            "limit of TIER 1",
+            "at least 1",
+        ),
+        (
+            vec![minute(10).tier(Duration::ZERO, 5)],
+            "window of TIER 1",
+            "from 1 ms",
+        ),
+        (
+            vec![(0..16).fold(minute(10), |l, i| l.tier(Duration::from_secs(61 + i), 10))],
+            "tier",
+            "at most 15",
+        ),
+        (
+            vec![minute(10).tier(Duration::from_secs(3600), 20).names(["one"])],
+            "names",
+            "one name per tier (2)",
+        ),
+        (vec![minute(10).name("")], "name", "must not be empty"),
+        (vec![minute(10), minute(20)], "name", "two limits are named \"http\""),
+        (vec![], "limits", "at least one"),
+    ];
+    for (limits, name, range) in cases {
+        let what = format!("{limits:?}");
+        let (refused_name, message) = refused(layer(limits));
+        assert_eq!(refused_name, name, "{what}: {message}");
+        assert!(message.contains(range), "{what}: {message}");
+    }
+    // In range: accepted, and nothing was sent for any of the above.
+    assert!(layer(vec![minute(10)
+        .tier(Duration::from_secs(3600), 20)
+        .cost(10)
+        .names(["m", "h"])])
+    .is_ok());
+    assert_eq!(redis.calls("xcloak.allow"), 0);
+}
+
+#[tokio::test]
+async fn the_default_key_is_the_peer_address_and_without_one_the_error_names_the_fix() {
+    let redis = Server::start();
+    let shared = limiter(&redis).await;
+    let layer = || {
+        RateLimitLayer::new(
+            shared.clone(),
+            [HttpLimit::new(Duration::from_secs(60), 2).name("peer")],
+        )
+        .unwrap()
+    };
+    // Served with ConnectInfo: no `.key(...)`, each address its own window.
+    let with_info = serve(layer()).await;
+    assert_eq!(get_from(with_info, "127.0.0.21", "/", &[]).await.status, 200);
+    assert_eq!(get_from(with_info, "127.0.0.22", "/", &[]).await.status, 200);
+    assert_eq!(
+        (redis.entries("rl:peer:127.0.0.21"), redis.entries("rl:peer:127.0.0.22")),
+        (1, 1)
     );
-    assert!(r.body.contains("larger than the limit"), "{}", r.body);
+    // Served without it: a 500 whose text names the method that fixes it.
+    let without = serve_with(layer(), false).await;
+    let r = get_from(without, "127.0.0.23", "/", &[]).await;
+    assert_eq!(r.status, 500);
+    assert!(
+        r.body.contains("into_make_service_with_connect_info::<SocketAddr>()")
+            && r.body.contains("RateLimitLayer::key"),
+        "{}",
+        r.body
+    );
+    assert_eq!(redis.calls("xcloak.allow"), 2, "a request without a key sends nothing");
+}
+
+/// The commands the server ran since the last reset, by name, without the
+/// test's own INFO and CONFIG RESETSTAT.
+fn commands_run(redis: &Server) -> BTreeMap<String, u64> {
+    redis
+        .info("commandstats")
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()?;
+            (!matches!(name, "info" | "config|resetstat")).then(|| (name.to_string(), calls))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_request_sends_one_allow_per_limit_and_nothing_else() {
+    let redis = Server::start();
+    let one = serve(
+        RateLimitLayer::new(
+            limiter(&redis).await,
+            [HttpLimit::new(Duration::from_secs(60), 1000).name("one")],
+        )
+        .unwrap(),
+    )
+    .await;
+    let two = serve(
+        RateLimitLayer::new(
+            limiter(&redis).await,
+            [
+                HttpLimit::new(Duration::from_secs(60), 1000).name("a"),
+                HttpLimit::new(Duration::from_secs(3600), 1000).name("b"),
+            ],
+        )
+        .unwrap(),
+    )
+    .await;
+    // The connections' own setup (CLIENT SETINFO, HELLO) is before the count.
+    assert_eq!(get_from(one, "127.0.0.31", "/", &[]).await.status, 200);
+    assert_eq!(get_from(two, "127.0.0.31", "/", &[]).await.status, 200);
+    redis.reset_stats();
+    for _ in 0..20 {
+        assert_eq!(get_from(one, "127.0.0.32", "/", &[]).await.status, 200);
+    }
+    assert_eq!(commands_run(&redis), BTreeMap::from([("xcloak.allow".to_string(), 20)]));
+    redis.reset_stats();
+    for _ in 0..20 {
+        assert_eq!(get_from(two, "127.0.0.33", "/", &[]).await.status, 200);
+    }
+    assert_eq!(commands_run(&redis), BTreeMap::from([("xcloak.allow".to_string(), 40)]));
 }
 
 #[tokio::test]
@@ -246,11 +415,12 @@ async fn the_error_policy_answers_a_paused_and_a_stopped_server() {
     let mut redis = Server::start();
     let raise = Limiter::builder(redis::aio::ConnectionManager::new(redis.client()).await.unwrap())
         .timeout(Duration::from_millis(200))
-        .build();
+        .build()
+        .unwrap();
     let limit = || [HttpLimit::new(Duration::from_secs(60), 100).name("api")];
-    let raising = serve(RateLimitLayer::new(raise.clone(), limit()).key(peer())).await;
-    let open = serve(RateLimitLayer::new(raise.with_policy(Policy::Allow), limit()).key(peer())).await;
-    let closed = serve(RateLimitLayer::new(raise.with_policy(Policy::Deny), limit()).key(peer())).await;
+    let raising = serve(RateLimitLayer::new(raise.clone(), limit()).unwrap()).await;
+    let open = serve(RateLimitLayer::new(raise.with_on_error(ErrorPolicy::Allow), limit()).unwrap()).await;
+    let closed = serve(RateLimitLayer::new(raise.with_on_error(ErrorPolicy::Deny), limit()).unwrap()).await;
     assert_eq!(get_from(open, "127.0.0.8", "/", &[]).await.status, 200);
     for (stop, what) in [(false, "paused"), (true, "stopped")] {
         if stop {
@@ -279,9 +449,9 @@ async fn the_error_policy_answers_a_paused_and_a_stopped_server() {
 #[tokio::test]
 async fn a_bad_limit_is_raised_whatever_the_policy() {
     let redis = Server::start();
-    let open = limiter(&redis).await.with_policy(Policy::Allow);
+    let open = limiter(&redis).await.with_on_error(ErrorPolicy::Allow);
     let app =
-        serve(RateLimitLayer::new(open, [HttpLimit::new(Duration::from_secs(60), 2_000_000).name("api")]).key(peer()))
+        serve(RateLimitLayer::new(open, [HttpLimit::new(Duration::from_secs(60), 2_000_000).name("api")]).unwrap())
             .await;
     let r = get_from(app, "127.0.0.9", "/", &[]).await;
     assert_eq!(
@@ -298,6 +468,7 @@ async fn keys_from_a_header_and_from_behind_trusted_proxies() {
             limiter(&redis).await,
             [HttpLimit::new(Duration::from_secs(60), 5).name("key")],
         )
+        .unwrap()
         .key(HeaderKey::new("x-api-key")),
     )
     .await;
@@ -318,12 +489,13 @@ async fn keys_from_a_header_and_from_behind_trusted_proxies() {
     assert_eq!(r.status, 500, "no key: the layer raises");
     assert!(r.body.contains("no x-api-key header"), "{}", r.body);
 
-    let proxied = peer().trust_proxies(["127.0.0.0/8"]).unwrap();
+    let proxied = PeerIp::new().trust_proxies(["127.0.0.0/8"]).unwrap();
     let behind = serve(
         RateLimitLayer::new(
             limiter(&redis).await,
             [HttpLimit::new(Duration::from_secs(60), 5).name("ip")],
         )
+        .unwrap()
         .key(proxied),
     )
     .await;
@@ -336,6 +508,7 @@ async fn keys_from_a_header_and_from_behind_trusted_proxies() {
             limiter(&redis).await,
             [HttpLimit::new(Duration::from_secs(60), 5).name("ip2")],
         )
+        .unwrap()
         .key(peer()),
     )
     .await;
@@ -369,7 +542,7 @@ impl tower::Service<http::Request<hyper::body::Incoming>> for Hello {
 async fn the_layer_serves_plain_hyper() {
     use tower::Layer;
     let redis = Server::start();
-    let layer = RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new(Duration::from_secs(60), 1)]);
+    let layer = RateLimitLayer::new(limiter(&redis).await, [HttpLimit::new(Duration::from_secs(60), 1)]).unwrap();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", support::free_port()))
         .await
         .unwrap();

@@ -26,8 +26,8 @@ use redis::{Cmd, Value};
 use serde_json::Value as Json;
 use support::Server;
 use xcloak_client::{
-    acquire_step, blocking, AcquireStep, Clock, Decision, Error, Fallback, Limiter, MultiDecision, Request, Style,
-    TierState, Transport, Via,
+    acquire_step, blocking, AcquireStep, Clock, Decision, Error, Fallback, Limiter, MultiDecision, Refund, Request,
+    Style, TierState, Transport, Via,
 };
 
 const VECTORS: &str = include_str!("../../conformance/vectors.json");
@@ -95,6 +95,11 @@ fn request(step: &Json, now: Option<&Json>) -> Request {
         request = request.oldest();
     }
     request
+}
+
+/// The Refund of a refund step.
+fn refund(step: &Json) -> Refund {
+    Refund::new(step["key"].as_str().unwrap(), step["stamp"].as_u64().unwrap()).cost(step["cost"].as_u64().unwrap_or(1))
 }
 
 /// The peek steps that ask for the oldest entry (`OLDEST`, `oldest_ms`).
@@ -284,11 +289,10 @@ fn every_vector_through_the_pure_core() {
                 }
                 "refund" if unrepresentable(step) => skipped += 1,
                 "refund" => {
-                    let cmd = xcloak_client::refund_command(
-                        step["key"].as_str().unwrap(),
-                        step["stamp"].as_u64().unwrap(),
-                        step["cost"].as_u64().unwrap_or(1),
-                    );
+                    let cmd =
+                        xcloak_client::Refund::new(step["key"].as_str().unwrap(), step["stamp"].as_u64().unwrap())
+                            .cost(step["cost"].as_u64().unwrap_or(1))
+                            .command();
                     assert_eq!(args(&cmd), strings(&step["command"]), "{what}");
                 }
                 "acquire" => {
@@ -359,7 +363,7 @@ fn every_vector_through_the_pure_core() {
                         assert_eq!(d, &decision(expected, Via::Command), "{what}");
                     }
                     assert_eq!(
-                        (m.allowed, m.rejected.map(|r| r as u64), m.binding as u64),
+                        (m.allowed, m.rejected.map(|r| r as u64), m.binding_index as u64),
                         (
                             step["allowed"].as_bool().unwrap(),
                             step["rejected"].as_u64(),
@@ -374,7 +378,13 @@ fn every_vector_through_the_pure_core() {
                         decisions
                             .iter()
                             .filter(|(_, d)| d.allowed)
-                            .map(|(r, d)| args(&xcloak_client::refund_command(&r.key, d.stamp.unwrap(), r.cost)))
+                            .map(|(r, d)| {
+                                args(
+                                    &xcloak_client::Refund::new(&r.key, d.stamp.unwrap())
+                                        .cost(r.cost)
+                                        .command(),
+                                )
+                            })
                             .collect()
                     };
                     let sent: Vec<Vec<String>> = calls[m.decisions.len()..]
@@ -495,7 +505,7 @@ async fn replay(server: &Server, via: Via) -> usize {
     } else {
         Fallback::Never
     };
-    let limiter = Limiter::builder(recording.clone()).fallback(fallback).build();
+    let limiter = Limiter::builder(recording.clone()).fallback(fallback).build().unwrap();
     let mut check = server.conn();
     if via == Via::Script {
         // Cached first: one EVALSHA per call, no NOSCRIPT round (tests/fallback.rs covers that).
@@ -531,13 +541,7 @@ async fn replay(server: &Server, via: Via) -> usize {
                 "allow" => check_result(&what, limiter.allow(&request(step, step.get("now"))).await, step, via),
                 "peek" => check_result(&what, limiter.peek(&request(step, step.get("now"))).await, step, via),
                 "refund" => {
-                    let result = limiter
-                        .refund(
-                            step["key"].as_str().unwrap(),
-                            step["stamp"].as_u64().unwrap(),
-                            step["cost"].as_u64().unwrap_or(1),
-                        )
-                        .await;
+                    let result = limiter.refund(&refund(step)).await;
                     match step["error"].as_str() {
                         Some(text) => assert_eq!(result.unwrap_err(), server_error(text), "{what}"),
                         None => assert_eq!(result.unwrap(), step["removed"].as_u64().unwrap(), "{what}"),
@@ -568,7 +572,8 @@ async fn replay(server: &Server, via: Via) -> usize {
                         .clock(clock.clone())
                         .jitter_fraction(step["jitter_fraction"].as_f64().unwrap())
                         .random(move || draws[next.fetch_add(1, Ordering::SeqCst) as usize])
-                        .build();
+                        .build()
+                        .unwrap();
                     let d = acquirer
                         .acquire(&request(step, None), ms(&step["max_wait_ms"]))
                         .await
@@ -591,7 +596,7 @@ async fn replay(server: &Server, via: Via) -> usize {
                         .collect();
                     let m = limiter.allow_all(&requests).await.unwrap();
                     assert_eq!(
-                        (m.allowed, m.rejected.map(|r| r as u64), m.binding as u64),
+                        (m.allowed, m.rejected.map(|r| r as u64), m.binding_index as u64),
                         (
                             step["allowed"].as_bool().unwrap(),
                             step["rejected"].as_u64(),
@@ -667,7 +672,8 @@ fn replay_blocking(server: &Server, via: Via) -> usize {
     };
     let limiter = blocking::Limiter::builder(server.client())
         .fallback(fallback)
-        .build_blocking();
+        .build_blocking()
+        .unwrap();
     let mut check = server.conn();
     let (mut compared, mut oldest) = (0, 0);
     for case in cases() {
@@ -679,11 +685,7 @@ fn replay_blocking(server: &Server, via: Via) -> usize {
                 "allow" => check_result(&what, limiter.allow(&request(step, step.get("now"))), step, via),
                 "peek" => check_result(&what, limiter.peek(&request(step, step.get("now"))), step, via),
                 "refund" => {
-                    let result = limiter.refund(
-                        step["key"].as_str().unwrap(),
-                        step["stamp"].as_u64().unwrap(),
-                        step["cost"].as_u64().unwrap_or(1),
-                    );
+                    let result = limiter.refund(&refund(step));
                     match step["error"].as_str() {
                         Some(text) => assert_eq!(result.unwrap_err(), server_error(text), "{what}"),
                         None => assert_eq!(result.unwrap(), step["removed"].as_u64().unwrap(), "{what}"),
@@ -717,7 +719,8 @@ fn replay_blocking(server: &Server, via: Via) -> usize {
                         .clock(clock.clone())
                         .jitter_fraction(step["jitter_fraction"].as_f64().unwrap())
                         .random(move || draws[next.fetch_add(1, Ordering::SeqCst) as usize])
-                        .build_blocking();
+                        .build_blocking()
+                        .unwrap();
                     let d = acquirer
                         .acquire(&request(step, None), ms(&step["max_wait_ms"]))
                         .unwrap();

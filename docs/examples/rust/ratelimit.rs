@@ -12,7 +12,7 @@
 //! primary itself (`redis::cluster_async`, built by `xcloak_client::cluster_client`
 //! with `retries(0)`, so a call that may have run is never sent again).
 //! `--peek` asks `XCLOAK.PEEK` (writes nothing) instead; in cluster mode it
-//! goes to a replica of the key's primary (`read_from_replicas`). With
+//! goes to a replica of the key's primary (`replica_reads`). With
 //! `--keys K`, request i uses the key `KEY:<i mod K>`.
 //!
 //! ```text
@@ -160,8 +160,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The URL's user and password apply to every node.
         let client = xcloak_client::cluster_client([options.url.as_str()], options.peek).build()?;
         let limiter = Limiter::builder(client.get_async_connection().await?)
-            .read_from_replicas(options.peek)
-            .build();
+            .replica_reads(options.peek)
+            .build()?;
         run(limiter, &options).await?;
     } else {
         let conn = redis::Client::open(options.url.as_str())?
