@@ -77,7 +77,8 @@ def cell(entry: tuple[str, str] | None) -> str:
     if entry is None:
         return ""
     name, note = entry
-    text = "-" if name == "-" else f"`{name}`"
+    # A cell may name several public names that belong to the concept, ", " between them.
+    text = "-" if name == "-" else ", ".join(f"`{n}`" for n in name.split(", "))
     return f"{text} ({note})" if note else text
 
 
