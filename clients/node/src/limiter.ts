@@ -236,8 +236,8 @@ export class Limiter {
       checkKeys('durable', options.durable, ['replicas', 'timeout']);
       const { replicas, timeout } = options.durable;
       if (!Number.isInteger(replicas) || replicas < 1) throw argumentError(`durable.replicas must be an integer of at least 1, got ${show(replicas)}`);
-      checkMs('durable.timeout', timeout, Number.NaN, 0);
       if (timeout === undefined) throw argumentError('durable.timeout must be a number of milliseconds of at least 0, got undefined');
+      checkMs('durable.timeout', timeout, 0, 0);
       this.durable = { replicas, timeout };
     }
     this.deadlines = new DeadlineQueue(this.timeout);
