@@ -7,7 +7,8 @@
 #   - the dev dependencies: `npm ci` into node_modules (git-ignored) when it is
 #     missing or package-lock.json changed (a stamp records what was installed);
 # then builds (scripts/build.mjs: tsc, the ESM wrappers) and runs test/*.test.mjs
-# with node:test, one file at a time. Reads $XCLOAK_MODULE (default
+# with node:test, one file at a time, then the transport suites again on
+# ioredis 5. Reads $XCLOAK_MODULE (default
 # target/release/libxcloak.so of $XCLOAK_REPO), $XCLOAK_SERVER (default
 # redis-server) and $XCLOAK_REPO (default ../..). Extra arguments go to
 # `node --test` (e.g. test/cluster.test.mjs, or --test-name-pattern=...).
@@ -38,5 +39,10 @@ elif ! command -v node >/dev/null 2>&1 || [ "$(node_major node)" -lt 20 ]; then
 fi
 
 scripts/prepare.sh
-if [ $# -eq 0 ]; then set -- test/*.test.mjs; fi
-exec node --test --test-concurrency=1 "$@"
+if [ $# -gt 0 ]; then exec node --test --test-concurrency=1 "$@"; fi
+node --test --test-concurrency=1 test/*.test.mjs
+# The transport suites again on ioredis 5 (the npm alias ioredis5 in
+# devDependencies; test/clients.mjs reads XCLOAK_TEST_IOREDIS): every supported
+# major runs them.
+echo "clients/node: the transport suites on ioredis $(node -p 'require("ioredis5/package.json").version')" >&2
+XCLOAK_TEST_IOREDIS=ioredis5 node --test --test-concurrency=1 test/vectors.test.mjs test/limiter.test.mjs test/fallback.test.mjs test/faults.test.mjs test/cluster.test.mjs test/rate-limiter-flexible.test.mjs

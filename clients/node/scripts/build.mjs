@@ -2,7 +2,7 @@
 // compiles src/ with tsc (CommonJS + .d.ts), then writes one ESM wrapper per
 // entry point (index.mjs + index.d.mts re-export the CommonJS build), so
 // `import` and `require` load the same module instance: one XcloakError
-// class, one ioredis routing install, whatever mix of the two an app uses.
+// class, whatever mix of the two an app uses.
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';

@@ -3,7 +3,7 @@
 // written as HTTP header fields, and one step of acquire's loop. Nothing here
 // touches a connection, so the conformance vectors drive it without a server.
 
-import { XcloakError } from './errors.js';
+import { argumentError, checkNumber, show } from './validate.js';
 
 /** A tier after the positional one: `[window, limit]` or `{ window, limit }` (milliseconds). */
 export type TierSpec = readonly [number, number] | { readonly window: number; readonly limit: number };
@@ -88,41 +88,47 @@ export interface CallSpec {
   readonly oldest?: boolean;
 }
 
-function tierPair(tier: TierSpec): [number, number] {
+function tierPair(tier: TierSpec, i: number): [number, number] {
   if (Array.isArray(tier)) return [tier[0], tier[1]];
+  if (!tier || typeof tier !== 'object') throw argumentError(`tiers[${i}] must be a [window, limit] pair, got ${show(tier)}`);
   const { window, limit } = tier as { window: number; limit: number };
   return [window, limit];
 }
 
 /** The tiers as `[window, limit]` pairs. */
 export function tierPairs(tiers: readonly TierSpec[] | undefined): Array<[number, number]> {
-  return tiers ? tiers.map(tierPair) : [];
+  if (tiers === undefined) return [];
+  if (!Array.isArray(tiers)) throw argumentError(`tiers must be an array of [window, limit] pairs, got ${show(tiers)}`);
+  return tiers.map(tierPair);
 }
 
 // Every number goes out as the decimal integer the server parses; a window
 // that is not a whole number of milliseconds is the client's to refuse
-// (docs/clients.md, Arguments). Every other range check is the server's.
-function windowArg(window: number, name: string): string {
-  if (typeof window === 'number' && Number.isFinite(window) && !Number.isInteger(window)) {
-    throw new XcloakError(`ERR ${name} must be a whole number of milliseconds, got ${window}`);
+// (docs/clients.md, Arguments), and so is anything that is not a number at
+// all (plain JS: the string '60000'). Every other range check is the server's.
+function windowArg(window: unknown, name: string): string {
+  checkNumber(name, window);
+  if (Number.isFinite(window) && !Number.isInteger(window)) {
+    throw argumentError(`${name} must be a whole number of milliseconds, got ${window}`);
   }
-  return intArg(window);
+  return intArg(window as number, name);
 }
 
-function intArg(value: number): string {
+function intArg(value: unknown, name: string): string {
+  checkNumber(name, value);
   // BigInt keeps 2^53 and above exact in the text (String(2**70) is "1.18e+21").
-  if (typeof value === 'number' && Number.isInteger(value) && !Number.isSafeInteger(value)) return BigInt(value).toString();
+  if (Number.isInteger(value) && !Number.isSafeInteger(value)) return BigInt(value as number).toString();
   return String(value);
 }
 
 /** The arguments after the key that ALLOW and PEEK share: `window limit [TIER w l]... [COST c] [NOW t]`. */
 function windowArgs(spec: CallSpec): string[] {
-  const args = [windowArg(spec.window, 'window'), intArg(spec.limit)];
+  const args = [windowArg(spec.window, 'window'), intArg(spec.limit, 'limit')];
   tierPairs(spec.tiers).forEach(([window, limit], i) => {
-    args.push('TIER', windowArg(window, `window of TIER ${i + 1}`), intArg(limit));
+    args.push('TIER', windowArg(window, `window of TIER ${i + 1}`), intArg(limit, `limit of TIER ${i + 1}`));
   });
-  if (spec.cost !== undefined && spec.cost !== 1) args.push('COST', intArg(spec.cost));
-  if (spec.now !== undefined) args.push('NOW', intArg(spec.now));
+  if (spec.cost !== undefined && spec.cost !== 1) args.push('COST', intArg(spec.cost, 'cost'));
+  if (spec.now !== undefined) args.push('NOW', intArg(spec.now, 'now'));
   return args;
 }
 
@@ -142,8 +148,8 @@ export function peekCommand(spec: CallSpec): string[] {
 
 /** `XCLOAK.REFUND key stamp [COST c]`. */
 export function refundCommand(key: string, stamp: number, cost?: number): string[] {
-  const command = ['XCLOAK.REFUND', key, intArg(stamp)];
-  if (cost !== undefined && cost !== 1) command.push('COST', intArg(cost));
+  const command = ['XCLOAK.REFUND', key, intArg(stamp, 'stamp')];
+  if (cost !== undefined && cost !== 1) command.push('COST', intArg(cost, 'cost'));
   return command;
 }
 
@@ -315,7 +321,7 @@ function fields(
   if (style === 'ietf' || style === 'both') out = { ...out, ...ietfFields(sent) };
   if (style === 'legacy' || style === 'both') out = { ...out, ...legacyFields(binding) };
   if (style !== 'ietf' && style !== 'legacy' && style !== 'both') {
-    throw new XcloakError(`ERR style must be 'ietf', 'legacy' or 'both', got ${JSON.stringify(style)}`);
+    throw argumentError(`style must be 'ietf', 'legacy' or 'both', got ${show(style)}`);
   }
   if (!allowed && binding.retryAfter > 0) out['Retry-After'] = String(Math.max(1, ceilSeconds(binding.retryAfter)));
   return out;

@@ -6,14 +6,19 @@
 //   a server that can't serve now, "not replicated"): XcloakUnavailableError,
 //   and only these go to the error policy.
 
-/** A call the server refused, with its message verbatim (`ERR window must be ...`), or an argument the client refuses. */
+/**
+ * A call the server refused, with its message verbatim (`ERR window must be
+ * ...`), or an argument or a configuration the client refuses (`code`
+ * 'ARGUMENT', a message naming the argument and its range, never beginning
+ * with `ERR`: that prefix is the server's).
+ */
 export class XcloakError extends Error {
-  /** The first word of the server's message: `ERR`, `WRONGTYPE`, `NOPERM`, ... */
+  /** The first word of the server's message (`ERR`, `WRONGTYPE`, `NOPERM`, ...), 'ARGUMENT' for the client's refusals, 'UNAVAILABLE' for outages. */
   readonly code: string;
 
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.code = /^[A-Z]+/.exec(message)?.[0] ?? 'ERR';
+  constructor(message: string, options?: { cause?: unknown; code?: string }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.code = options?.code ?? /^[A-Z]+/.exec(message)?.[0] ?? 'ERR';
   }
 
   override get name(): string {
@@ -26,7 +31,7 @@ export class XcloakUnavailableError extends XcloakError {
   declare readonly cause: Error;
 
   constructor(cause: Error) {
-    super(`xcloak: no answer from the server: ${cause.message}`, { cause });
+    super(`xcloak: no answer from the server: ${cause.message}`, { cause, code: 'UNAVAILABLE' });
   }
 }
 

@@ -33,8 +33,9 @@
 //   node); resetKey is DEL.
 
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { XcloakError } from './errors.js';
+import type { XcloakError } from './errors.js';
 import type { Limiter } from './limiter.js';
+import { argumentError, checkKeys, checkLimit, checkWindow, show } from './validate.js';
 
 export interface XcloakStoreOptions {
   readonly limiter: Limiter;
@@ -74,9 +75,16 @@ export class XcloakStore {
   private readonly own: { windowMs?: number; limit?: number };
   private readonly context = new AsyncLocalStorage<Pending>();
   private warned = false;
+  /** What init refused: the store then rejects every request (never fails open). */
+  private refused: XcloakError | undefined;
 
+  /** Checks its own options now (the limiter, and the window and limit when given). */
   constructor(options: XcloakStoreOptions) {
-    if (!options?.limiter) throw new XcloakError('ERR XcloakStore needs a limiter (an xcloak Limiter)');
+    checkKeys('XcloakStore options', options, ['limiter', 'prefix', 'windowMs', 'limit']);
+    if (typeof options?.limiter?.allow !== 'function') throw argumentError(`limiter must be an xcloak Limiter, got ${show(options?.limiter)}`);
+    if (options.prefix !== undefined && typeof options.prefix !== 'string') throw argumentError(`prefix must be a string, got ${show(options.prefix)}`);
+    if (options.windowMs !== undefined) checkWindow('windowMs', options.windowMs);
+    if (options.limit !== undefined) checkLimit('limit', options.limit);
     this.limiter = options.limiter;
     this.prefix = options.prefix ?? 'rl:http:';
     this.own = { windowMs: options.windowMs, limit: options.limit };
@@ -84,31 +92,57 @@ export class XcloakStore {
     this.limit = options.limit;
   }
 
-  /** Called by express-rate-limit with its options: the window and the limit come from there. */
+  /**
+   * Called by express-rate-limit with its options when `rateLimit()` is set
+   * up: the window and the limit come from there, checked with the server's
+   * ranges. A bad one throws. express-rate-limit catches what init throws and
+   * only logs it, and would then meet a store error per request with
+   * `passOnStoreError` (fail open), so the error is also thrown again outside
+   * its catch (the app stops at startup, as on a bad Limiter), and until then
+   * every increment rejects the request (fail closed).
+   */
   init(options: InitOptions): void {
-    const { windowMs, limit } = options;
+    try {
+      this.configure(options);
+    } catch (error) {
+      this.refused = error as XcloakError;
+      process.nextTick(() => {
+        throw error;
+      });
+      throw error;
+    }
+  }
+
+  private configure(options: InitOptions): void {
+    const { windowMs, limit } = options ?? {};
     if (this.own.windowMs !== undefined && windowMs !== undefined && windowMs !== this.own.windowMs) {
-      throw new XcloakError(`ERR XcloakStore: its windowMs ${this.own.windowMs} differs from express-rate-limit's ${windowMs}`);
+      throw argumentError(`XcloakStore: its windowMs ${this.own.windowMs} differs from express-rate-limit's ${show(windowMs)}`);
     }
     if (this.own.limit !== undefined && typeof limit === 'number' && limit !== this.own.limit) {
-      throw new XcloakError(`ERR XcloakStore: its limit ${this.own.limit} differs from express-rate-limit's ${limit}`);
+      throw argumentError(`XcloakStore: its limit ${this.own.limit} differs from express-rate-limit's ${limit}`);
     }
-    this.windowMs = this.own.windowMs ?? windowMs;
-    if (typeof limit === 'number') this.limit = limit;
+    const window = this.own.windowMs ?? windowMs;
+    if (window === undefined) throw argumentError('windowMs is required (express-rate-limit gives it to init)');
+    checkWindow('windowMs', window);
+    if (typeof limit === 'number') checkLimit('limit', limit);
     else if (this.own.limit === undefined) {
-      throw new XcloakError("ERR XcloakStore: express-rate-limit's limit is a function; give the store its own `limit` (the function must return it)");
+      throw argumentError("limit: express-rate-limit's limit is a function; give the store its own `limit` (the function must return it)");
     }
+    this.windowMs = window;
+    if (typeof limit === 'number') this.limit = limit;
   }
 
   private settings(): { windowMs: number; limit: number } {
     if (this.windowMs === undefined || this.limit === undefined) {
-      throw new XcloakError('ERR XcloakStore has no window or limit: pass it to rateLimit() (init) or to the store');
+      throw argumentError('XcloakStore has no window or limit: pass it to rateLimit() (init) or to the store');
     }
     return { windowMs: this.windowMs, limit: this.limit };
   }
 
   /** One request: XCLOAK.ALLOW key windowMs limit DETAILS STAMP. */
   async increment(key: string): Promise<ClientRateLimitInfo> {
+    // A configuration init refused: every request is rejected, never served unlimited.
+    if (this.refused) return { totalHits: Number.MAX_SAFE_INTEGER, resetTime: undefined };
     const pending: Pending = { key, stamp: null, refunded: false };
     // Entered before the first await: the rest of express-rate-limit's
     // middleware, and the finish/close callbacks it attaches, run in it.

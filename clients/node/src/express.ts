@@ -4,15 +4,18 @@
 //   app.use('/api', rateLimit({ limiter, limits: { window: 60_000, limit: 100 } }));
 //
 // Rejected: 429 with the contract's headers (docs/clients.md); allowed: the
-// same headers on the response. The limiter's error policy decides an outage:
+// same headers on the response; either way `req.rateLimit` holds
+// express-rate-limit's fields of the binding limit and the decision
+// (http.ts, RateLimitInfo). The options are checked when it is built. The
+// limiter's error policy decides an outage:
 // 'raise' passes the error to Express's error handler (usually 500), 'allow'
 // serves the request without headers, 'deny' answers 503.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { RateLimitCore, type MiddlewareOptions, type Verdict } from './http.js';
+import { RateLimitCore, type MiddlewareOptions, type RateLimitInfo, type Verdict } from './http.js';
 
 export { clientAddress } from './http.js';
-export type { LimitSpec, MiddlewareOptions, Verdict } from './http.js';
+export type { LimitSpec, MiddlewareOptions, RateLimitInfo, Verdict } from './http.js';
 
 /** The request and response an Express middleware sees (node's, which Express extends). */
 export type ExpressRequest = IncomingMessage;
@@ -34,13 +37,13 @@ export type ExpressMiddleware<Req extends IncomingMessage> = (request: Req, resp
 export function rateLimit(options: ExpressOptions<ExpressRequest>): ExpressMiddleware<ExpressRequest>;
 export function rateLimit<Req extends IncomingMessage>(options: ExpressOptions<Req>): ExpressMiddleware<Req>;
 export function rateLimit<Req extends IncomingMessage>(options: ExpressOptions<Req>): ExpressMiddleware<Req> {
-  const core = new RateLimitCore<Req>(options);
+  const core = new RateLimitCore<Req>(options, ['onRejected']);
   return function xcloakRateLimit(request: Req, response: ExpressResponse, next: NextFunction): void {
     core.check(request).then(
       (verdict) => {
         if (response.headersSent) return next();
         for (const [name, value] of Object.entries(verdict.headers)) response.setHeader(name, value);
-        (request as { rateLimit?: Verdict }).rateLimit = verdict;
+        (request as { rateLimit?: RateLimitInfo }).rateLimit = verdict.info;
         if (verdict.status === 'next') {
           // Refund by stamp once the status is final (skip* only).
           response.once('finish', () => verdict.finish(response.statusCode, true));

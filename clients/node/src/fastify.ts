@@ -10,10 +10,10 @@
 // without headers, 'deny' answers 503.
 
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import { RateLimitCore, type MiddlewareOptions, type Verdict } from './http.js';
+import { RateLimitCore, type MiddlewareOptions, type RateLimitInfo, type Verdict } from './http.js';
 
 export { clientAddress } from './http.js';
-export type { LimitSpec, MiddlewareOptions, Verdict } from './http.js';
+export type { LimitSpec, MiddlewareOptions, RateLimitInfo, Verdict } from './http.js';
 
 /** The parts of Fastify's request and reply this hook uses (structural: no import of fastify). */
 export interface FastifyLikeRequest {
@@ -44,11 +44,11 @@ export type FastifyHook<Req extends FastifyLikeRequest> = (request: Req, reply: 
 export function rateLimit(options: FastifyOptions<FastifyLikeRequest>): FastifyHook<FastifyLikeRequest>;
 export function rateLimit<Req extends FastifyLikeRequest>(options: FastifyOptions<Req>): FastifyHook<Req>;
 export function rateLimit<Req extends FastifyLikeRequest>(options: FastifyOptions<Req>): FastifyHook<Req> {
-  const core = new RateLimitCore<Req>(options);
+  const core = new RateLimitCore<Req>(options, ['onRejected']);
   return async function xcloakRateLimit(request: Req, reply: FastifyLikeReply): Promise<unknown> {
     const verdict = await core.check(request);
     for (const [name, value] of Object.entries(verdict.headers)) reply.header(name, value);
-    (request as { rateLimit?: Verdict }).rateLimit = verdict;
+    (request as { rateLimit?: RateLimitInfo }).rateLimit = verdict.info;
     if (verdict.status === 'next') {
       const response = reply.raw;
       response.once('finish', () => verdict.finish(response.statusCode, true));

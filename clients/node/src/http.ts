@@ -7,8 +7,8 @@
 import { BlockList, isIP } from 'node:net';
 import type { IncomingMessage } from 'node:http';
 import { headers as headerFields, type Decision, type HeaderStyle, type MultiDecision, type TierSpec } from './decision.js';
-import { XcloakError } from './errors.js';
-import type { AllowRequest, Limiter } from './limiter.js';
+import type { AllowAllRequest, Limiter } from './limiter.js';
+import { argumentError, checkBoolean, checkChoice, checkCost, checkFunction, checkKeys, checkLimit, checkTiers, checkWindow, show } from './validate.js';
 
 /** One limit of a route: `limit` per `window` ms (and each tier's), on its own key. */
 export interface LimitSpec<Req = IncomingMessage> {
@@ -52,6 +52,25 @@ export interface MiddlewareOptions<Req = IncomingMessage> {
   readonly onRefundError?: (error: Error) => void;
 }
 
+/**
+ * What the middleware leaves on the request as `req.rateLimit`: the shape of
+ * express-rate-limit's `RateLimitInfo`, of the binding limit (the rejected
+ * one, else the one with the fewest remaining), plus xcloak's whole decision.
+ */
+export interface RateLimitInfo {
+  /** The binding tier's limit. */
+  readonly limit: number;
+  /** Units in its window now, this request's included when admitted (a rejection records nothing). */
+  readonly used: number;
+  readonly remaining: number;
+  /** When the binding tier's window is empty (undefined when the error policy answered). */
+  readonly resetTime: Date | undefined;
+  /** The binding limit's key (`rl:<name>:<client key>`). */
+  readonly key: string;
+  /** xcloak's decision: every limit's, with tiers, stamps and `via`. */
+  readonly decision: MultiDecision;
+}
+
 /** What the middleware does with a request. */
 export interface Verdict {
   /** `next`: serve it; 429: rejected; 503: the error policy denied it. */
@@ -59,6 +78,8 @@ export interface Verdict {
   readonly headers: Record<string, string>;
   readonly body: string;
   readonly decision: MultiDecision | undefined;
+  /** `req.rateLimit` (undefined when skipped). */
+  readonly info: RateLimitInfo | undefined;
   /** Refunds the admissions by their stamps once the final status is known (a no-op unless skip* asks). */
   readonly finish: (statusCode: number, completed: boolean) => void;
 }
@@ -75,13 +96,13 @@ function trusted(list: readonly string[]): BlockList {
   for (const entry of list) {
     const [address, bits] = entry.split('/') as [string, string | undefined];
     const family = isIP(address);
-    if (!family) throw new XcloakError(`ERR trustedProxies: ${JSON.stringify(entry)} is not an address or a CIDR range`);
+    if (!family) throw argumentError(`trustedProxies: ${JSON.stringify(entry)} is not an address or a CIDR range`);
     const type = family === 6 ? 'ipv6' : 'ipv4';
     if (bits === undefined) block.addAddress(address, type);
     else {
       const prefix = Number(bits);
       if (!Number.isInteger(prefix) || prefix < 0 || prefix > (family === 6 ? 128 : 32)) {
-        throw new XcloakError(`ERR trustedProxies: ${JSON.stringify(entry)} has a bad prefix length`);
+        throw argumentError(`trustedProxies: ${JSON.stringify(entry)} has a prefix length outside 0 to ${family === 6 ? 128 : 32}`);
       }
       block.addSubnet(address, prefix, type);
     }
@@ -134,14 +155,33 @@ export class RateLimitCore<Req> {
   private readonly style: HeaderStyle | false;
   private readonly refunds: boolean;
 
-  constructor(private readonly options: MiddlewareOptions<Req>) {
-    if (!options?.limiter) throw new XcloakError('ERR the middleware needs a limiter');
+  /** Checks every option now: a bad configuration throws here, at startup, never at a request. */
+  constructor(
+    private readonly options: MiddlewareOptions<Req>,
+    extraOptions: readonly string[] = [],
+  ) {
+    checkKeys('rateLimit options', options, [...MIDDLEWARE_OPTIONS, ...extraOptions]);
+    if (!options || typeof options.limiter?.allow !== 'function' || typeof options.limiter?.allowAll !== 'function') {
+      throw argumentError(`limiter must be an xcloak Limiter, got ${show(options?.limiter)}`);
+    }
+    if (options.limits === undefined) throw argumentError('limits is required: { window, limit } or an array of them');
     const limits = Array.isArray(options.limits) ? options.limits : [options.limits as LimitSpec<Req>];
-    if (limits.length === 0) throw new XcloakError('ERR the middleware needs at least one limit');
+    if (limits.length === 0) throw argumentError('limits must hold at least one limit');
+    limits.forEach((l, i) => checkLimitSpec(`limits[${i}]`, l));
     const names = limits.map((l) => l.name ?? 'http');
     names.forEach((name, i) => {
-      if (names.indexOf(name) !== i) throw new XcloakError(`ERR limits[${i}]: the name ${JSON.stringify(name)} is taken; give each limit its own name`);
+      if (names.indexOf(name) !== i) throw argumentError(`limits[${i}].name: ${JSON.stringify(name)} is taken; give each limit its own name`);
     });
+    for (const fn of ['key', 'skip', 'requestWasSuccessful', 'onRefundError', 'onRejected'] as const) {
+      checkFunction(fn, (options as unknown as Record<string, unknown>)[fn]);
+    }
+    checkBoolean('skipSuccessfulRequests', options.skipSuccessfulRequests);
+    checkBoolean('skipFailedRequests', options.skipFailedRequests);
+    checkChoice('proxyHeader', options.proxyHeader, ['x-forwarded-for', 'forwarded'], 'x-forwarded-for');
+    if (options.headers !== false) checkChoice('headers', options.headers, ['ietf', 'legacy', 'both'], 'ietf');
+    if (options.trustedProxies !== undefined && !Array.isArray(options.trustedProxies)) {
+      throw argumentError(`trustedProxies must be an array of addresses or CIDR ranges, got ${show(options.trustedProxies)}`);
+    }
     this.limits = limits;
     this.proxies = options.trustedProxies?.length ? trusted(options.trustedProxies) : undefined;
     this.style = options.headers ?? 'ietf';
@@ -157,40 +197,41 @@ export class RateLimitCore<Req> {
   async check(request: Req): Promise<Verdict> {
     const { limiter } = this.options;
     if (this.options.skip && (await this.options.skip(request))) {
-      return { status: 'next', headers: {}, body: '', decision: undefined, finish: noFinish };
+      return { status: 'next', headers: {}, body: '', decision: undefined, info: undefined, finish: noFinish };
     }
     const clientKey = this.options.key ? await this.options.key(request) : this.address(request);
-    const requests: AllowRequest[] = [];
+    const requests: AllowAllRequest[] = [];
     for (const limit of this.limits) {
       const key = limit.key ? await limit.key(request) : clientKey;
       const cost = typeof limit.cost === 'function' ? await limit.cost(request) : limit.cost;
       requests.push({ key: `rl:${limit.name ?? 'http'}:${key}`, window: limit.window, limit: limit.limit, tiers: limit.tiers, cost });
     }
     const multi = await this.decide(limiter, requests);
+    const info = rateLimitInfo(multi, requests);
     if (multi.via === 'error') {
       // The error policy answered an outage ('raise' threw already).
-      if (multi.allowed) return { status: 'next', headers: {}, body: '', decision: multi, finish: noFinish };
-      return { status: 503, headers: {}, body: 'Service Unavailable: the rate limiter cannot answer\n', decision: multi, finish: noFinish };
+      if (multi.allowed) return { status: 'next', headers: {}, body: '', decision: multi, info, finish: noFinish };
+      return { status: 503, headers: {}, body: 'Service Unavailable: the rate limiter cannot answer\n', decision: multi, info, finish: noFinish };
     }
     const fields = this.style === false ? {} : headerFields(multi, { style: this.style, names: this.limits.map((l) => l.names) });
     if (!multi.allowed) {
       const body = multi.binding.costExceedsLimit
         ? 'Too Many Requests: this request is larger than the limit and can never be admitted\n'
         : `Too Many Requests: retry after ${Math.max(1, Math.ceil(multi.retryAfter / 1000))} s\n`;
-      return { status: 429, headers: fields, body, decision: multi, finish: noFinish };
+      return { status: 429, headers: fields, body, decision: multi, info, finish: noFinish };
     }
-    return { status: 'next', headers: fields, body: '', decision: multi, finish: this.refunder(requests, multi.decisions) };
+    return { status: 'next', headers: fields, body: '', decision: multi, info, finish: this.refunder(requests, multi.decisions) };
   }
 
-  private async decide(limiter: Limiter, requests: AllowRequest[]): Promise<MultiDecision> {
+  private async decide(limiter: Limiter, requests: AllowAllRequest[]): Promise<MultiDecision> {
     if (requests.length > 1) return limiter.allowAll(requests);
-    const [r] = requests as [AllowRequest];
+    const [r] = requests as [AllowAllRequest];
     const decision = await limiter.allow(r.key, r.window, r.limit, { cost: r.cost, tiers: r.tiers, stamp: this.refunds });
     return single(decision);
   }
 
   /** Once the response is known: refund every admission of this request by its own stamp, if skip* says so. */
-  private refunder(requests: readonly AllowRequest[], decisions: readonly Decision[]): Verdict['finish'] {
+  private refunder(requests: readonly AllowAllRequest[], decisions: readonly Decision[]): Verdict['finish'] {
     if (!this.refunds) return noFinish;
     const { skipSuccessfulRequests, skipFailedRequests, requestWasSuccessful, limiter, onRefundError } = this.options;
     let done = false;
@@ -206,6 +247,55 @@ export class RateLimitCore<Req> {
       });
     };
   }
+}
+
+const MIDDLEWARE_OPTIONS = [
+  'limiter',
+  'limits',
+  'key',
+  'trustedProxies',
+  'proxyHeader',
+  'headers',
+  'skipSuccessfulRequests',
+  'skipFailedRequests',
+  'requestWasSuccessful',
+  'skip',
+  'onRefundError',
+];
+const LIMIT_KEYS = ['name', 'window', 'limit', 'tiers', 'cost', 'key', 'names'];
+
+/** One limit of a route, checked with the server's ranges (src/args.rs). */
+function checkLimitSpec(at: string, spec: unknown): void {
+  checkKeys(at, spec, LIMIT_KEYS);
+  if (spec === undefined) throw argumentError(`${at} must be an object { window, limit }, got undefined`);
+  const l = spec as Record<string, unknown>;
+  if (l.name !== undefined && (typeof l.name !== 'string' || l.name === '')) throw argumentError(`${at}.name must be a non-empty string, got ${show(l.name)}`);
+  checkWindow(`${at}.window`, l.window);
+  checkLimit(`${at}.limit`, l.limit);
+  checkTiers(`${at}.tiers`, l.tiers);
+  if (typeof l.cost !== 'function' && l.cost !== undefined) checkCost(`${at}.cost`, l.cost);
+  checkFunction(`${at}.key`, l.key);
+  if (l.names !== undefined) {
+    const tiers = 1 + ((l.tiers as unknown[] | undefined)?.length ?? 0);
+    if (!Array.isArray(l.names) || l.names.length > tiers || !l.names.every((n) => typeof n === 'string')) {
+      throw argumentError(`${at}.names must be an array of at most ${tiers} strings (one per tier), got ${show(l.names)}`);
+    }
+  }
+}
+
+/** `req.rateLimit`: express-rate-limit's fields of the binding limit, and the decision. */
+function rateLimitInfo(multi: MultiDecision, requests: readonly AllowAllRequest[]): RateLimitInfo {
+  const binding = multi.binding;
+  const key = requests[multi.bindingIndex]?.key ?? '';
+  if (binding.via === 'error') return { limit: binding.limit, used: 0, remaining: 0, resetTime: undefined, key, decision: multi };
+  return {
+    limit: binding.limit,
+    used: binding.limit - binding.remaining,
+    remaining: binding.remaining,
+    resetTime: new Date(Date.now() + binding.resetAfter),
+    key,
+    decision: multi,
+  };
 }
 
 /** A single decision as the MultiDecision of one request. */

@@ -3,10 +3,11 @@
 //
 //   const limiter = new Limiter(redis);                 // ioredis Redis/Cluster, node-redis client/cluster
 //   const d = await limiter.allow('user:42', 60_000, 100);
-//   if (!d.allowed) reply(429, headers(d));
+//   if (!d.allowed) response.writeHead(429, headers(d)).end();
 //
 // decision.ts is the pure core (reply -> Decision -> headers, acquire's step);
-// limiter.ts sends; ioredis.ts and node-redis.ts are the transports; the
+// validate.ts the client's own argument checks; limiter.ts sends;
+// ioredis-transport.ts and node-redis.ts are the transports; the
 // adapters live in their own entry points (xcloak/express, xcloak/fastify,
 // xcloak/rate-limiter-flexible, xcloak/express-rate-limit).
 
@@ -41,7 +42,8 @@ export type {
   AcquireOptions,
   AllowAllOptions,
   AllowOptions,
-  AllowRequest,
+  AllowAllRequest,
+  RedisClient,
   Clock,
   DurableOptions,
   ErrorPolicy,
@@ -54,4 +56,4 @@ export { SCRIPTS } from './scripts.js';
 export type { Script } from './scripts.js';
 export { keySlot } from './slot.js';
 export type { SendOptions, Transport } from './transport.js';
-export { XcloakNotResentError } from './ioredis.js';
+export { XcloakNotResentError } from './ioredis-transport.js';

@@ -22,7 +22,6 @@ import {
   type Via,
 } from './decision.js';
 import {
-  XcloakError,
   XcloakNotReplicatedError,
   XcloakUnavailableError,
   isNoScript,
@@ -30,10 +29,18 @@ import {
   toXcloakError,
 } from './errors.js';
 import { DeadlineQueue, type Deadline } from './deadline.js';
-import { IoredisTransport, type InstallOptions } from './ioredis.js';
-import { NodeRedisTransport, isNodeRedis } from './node-redis.js';
+import { IoredisTransport, type IoredisClient } from './ioredis-transport.js';
+import { NodeRedisTransport, isNodeRedis, type NodeRedisClient } from './node-redis.js';
 import { SCRIPTS } from './scripts.js';
 import type { Transport } from './transport.js';
+import { argumentError, checkBoolean, checkChoice, checkKeys, checkMs, show } from './validate.js';
+
+/**
+ * What a Limiter takes: an ioredis `Redis` or `Cluster` (ioredis 5 and 6), a
+ * node-redis client or cluster (`createClient()`, `createCluster()`, redis 5
+ * and 6), or a Transport of your own.
+ */
+export type RedisClient = IoredisClient | NodeRedisClient | Transport;
 
 /** `raise` (default): throw XcloakUnavailableError; `allow`: fail open; `deny`: fail closed. Only outages and timeouts. */
 export type ErrorPolicy = 'raise' | 'allow' | 'deny';
@@ -61,7 +68,14 @@ export interface LimiterOptions {
   readonly fallback?: Fallback;
   /** How long a node served by the script goes before the command is tried again, in ms (default 60 000). */
   readonly probeInterval?: number;
-  readonly errorPolicy?: ErrorPolicy;
+  /** What an outage or a timeout gives: `raise` (default), `allow` (fail open) or `deny` (fail closed). Never applied to a bad argument. */
+  readonly onError?: ErrorPolicy;
+  /**
+   * PEEK may be read from a replica where the client reads from replicas
+   * (ioredis `scaleReads`, node-redis `useReplicas`). Default false: every
+   * call goes to the key's primary.
+   */
+  readonly replicaReads?: boolean;
   /** Per call, in ms (default 1000), whatever the client's own socket settings. */
   readonly timeout?: number;
   /** An admission counts once this many replicas hold it (docs/clients.md, Durable mode). */
@@ -72,8 +86,18 @@ export interface LimiterOptions {
   readonly random?: () => number;
   /** acquire's jitter: up to this fraction of the retry-after is added (default 0.1). */
   readonly jitterFraction?: number;
-  /** For an ioredis client: where its ioredis resolves from, and whether an untested version may be used. */
-  readonly ioredis?: InstallOptions;
+}
+
+const LIMITER_OPTIONS = ['prefix', 'fallback', 'probeInterval', 'onError', 'replicaReads', 'timeout', 'durable', 'clock', 'random', 'jitterFraction'];
+const ALLOW_OPTIONS = ['cost', 'tiers', 'stamp', 'now'];
+const PEEK_OPTIONS = ['cost', 'tiers', 'now', 'oldest'];
+const REFUND_OPTIONS = ['cost'];
+const ACQUIRE_OPTIONS = ['cost', 'tiers', 'maxWait', 'signal'];
+const REQUEST_KEYS = ['key', 'window', 'limit', 'cost', 'tiers'];
+const ALLOW_ALL_OPTIONS = ['now'];
+
+function checkKey(key: unknown): void {
+  if (typeof key !== 'string') throw argumentError(`key must be a string, got ${show(key)}`);
 }
 
 export interface AllowOptions {
@@ -109,7 +133,7 @@ export interface AcquireOptions {
   readonly signal?: AbortSignal;
 }
 
-export interface AllowRequest {
+export interface AllowAllRequest {
   readonly key: string;
   readonly window: number;
   readonly limit: number;
@@ -156,26 +180,12 @@ function nearMaxExact(command: string[]): boolean {
   return false;
 }
 
-function transportOf(client: unknown, options: LimiterOptions): Transport {
+function transportOf(client: unknown): Transport {
   const c = client as any;
-  if (c && typeof c.isCluster === 'boolean' && typeof c.sendCommand === 'function') return new IoredisTransport(c, options.ioredis);
+  if (c && typeof c.isCluster === 'boolean' && typeof c.sendCommand === 'function') return new IoredisTransport(c);
   if (isNodeRedis(c)) return new NodeRedisTransport(c);
   if (c && typeof c.send === 'function' && typeof c.nodeOf === 'function' && typeof c.wait === 'function') return c as Transport;
-  throw new TypeError('xcloak: Limiter needs an ioredis Redis or Cluster, or a node-redis client or cluster');
-}
-
-function checkChoice<T extends string>(name: string, value: T | undefined, choices: readonly T[], fallback: T): T {
-  if (value === undefined) return fallback;
-  if (!choices.includes(value)) throw new XcloakError(`ERR ${name} must be one of ${choices.join(', ')}, got ${JSON.stringify(value)}`);
-  return value;
-}
-
-function checkMs(name: string, value: number | undefined, fallback: number, min = 0): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < min) {
-    throw new XcloakError(`ERR ${name} must be a number of milliseconds of at least ${min}, got ${value}`);
-  }
-  return value;
+  throw argumentError(`client must be an ioredis Redis or Cluster, or a node-redis client or cluster, got ${show(client)}`);
 }
 
 /**
@@ -188,7 +198,8 @@ export class Limiter {
   readonly prefix: string;
   readonly fallback: Fallback;
   readonly probeInterval: number;
-  readonly errorPolicy: ErrorPolicy;
+  readonly onError: ErrorPolicy;
+  readonly replicaReads: boolean;
   readonly timeout: number;
   readonly durable: DurableOptions | undefined;
   readonly jitterFraction: number;
@@ -202,18 +213,31 @@ export class Limiter {
   private readonly deadlines: DeadlineQueue;
   private readonly writeDeadlines: DeadlineQueue;
 
-  constructor(client: unknown, options: LimiterOptions = {}) {
-    this.transport = transportOf(client, options);
+  constructor(client: RedisClient, options: LimiterOptions = {}) {
+    checkKeys('Limiter options', options, LIMITER_OPTIONS);
+    this.transport = transportOf(client);
+    if (options.prefix !== undefined && typeof options.prefix !== 'string') throw argumentError(`prefix must be a string, got ${show(options.prefix)}`);
     this.prefix = options.prefix ?? '';
     this.fallback = checkChoice('fallback', options.fallback, ['auto', 'always', 'never'], 'auto');
-    this.errorPolicy = checkChoice('errorPolicy', options.errorPolicy, ['raise', 'allow', 'deny'], 'raise');
+    this.onError = checkChoice('onError', options.onError, ['raise', 'allow', 'deny'], 'raise');
+    checkBoolean('replicaReads', options.replicaReads);
+    this.replicaReads = options.replicaReads === true;
     this.probeInterval = checkMs('probeInterval', options.probeInterval, 60_000);
     this.timeout = checkMs('timeout', options.timeout, 1000, 1);
     this.jitterFraction = options.jitterFraction ?? 0.1;
+    if (typeof this.jitterFraction !== 'number' || !(this.jitterFraction >= 0 && this.jitterFraction <= 1)) {
+      throw argumentError(`jitterFraction must be a number from 0 to 1, got ${show(this.jitterFraction)}`);
+    }
+    if (options.clock !== undefined && (typeof options.clock?.now !== 'function' || typeof options.clock?.sleep !== 'function')) {
+      throw argumentError('clock must be an object with now() and sleep(ms, signal)');
+    }
+    if (options.random !== undefined && typeof options.random !== 'function') throw argumentError(`random must be a function, got ${show(options.random)}`);
     if (options.durable) {
+      checkKeys('durable', options.durable, ['replicas', 'timeout']);
       const { replicas, timeout } = options.durable;
-      if (!Number.isInteger(replicas) || replicas < 1) throw new XcloakError(`ERR durable.replicas must be an integer of at least 1, got ${replicas}`);
-      checkMs('durable.timeout', timeout, 0);
+      if (!Number.isInteger(replicas) || replicas < 1) throw argumentError(`durable.replicas must be an integer of at least 1, got ${show(replicas)}`);
+      if (timeout === undefined) throw argumentError('durable.timeout must be a number of milliseconds of at least 0, got undefined');
+      checkMs('durable.timeout', timeout, 0, 0);
       this.durable = { replicas, timeout };
     }
     this.deadlines = new DeadlineQueue(this.timeout);
@@ -229,6 +253,8 @@ export class Limiter {
     let spec: CallSpec;
     let command: string[];
     try {
+      checkKey(key);
+      checkKeys('allow options', options, ALLOW_OPTIONS);
       spec = this.spec(key, window, limit, options.cost, options.tiers, options.now, options.stamp);
       command = allowCommand(spec);
     } catch (error) {
@@ -243,6 +269,8 @@ export class Limiter {
     let spec: CallSpec;
     let command: string[];
     try {
+      checkKey(key);
+      checkKeys('peek options', options, PEEK_OPTIONS);
       spec = { ...this.spec(key, window, limit, options.cost, options.tiers, options.now, false), oldest: options.oldest === true };
       command = peekCommand(spec);
     } catch (error) {
@@ -253,6 +281,8 @@ export class Limiter {
 
   /** Removes up to `cost` entries of the admission `stamp`; resolves with how many it removed. Outages throw, whatever the policy. */
   async refund(key: string, stamp: number, options: RefundOptions = {}): Promise<number> {
+    checkKey(key);
+    checkKeys('refund options', options, REFUND_OPTIONS);
     const fullKey = this.prefix + key;
     const command = refundCommand(fullKey, stamp, options.cost);
     try {
@@ -269,6 +299,7 @@ export class Limiter {
 
   /** Deletes the window (`DEL key`); resolves with whether there was one. Outages throw, whatever the policy. */
   async reset(key: string): Promise<boolean> {
+    checkKey(key);
     const fullKey = this.prefix + key;
     return Number(await this.command(['DEL', fullKey])) > 0;
   }
@@ -279,7 +310,8 @@ export class Limiter {
    * deadline came first or the request can never fit).
    */
   async acquire(key: string, window: number, limit: number, options: AcquireOptions): Promise<Decision> {
-    if (options?.maxWait === undefined) throw new XcloakError('ERR acquire needs maxWait (milliseconds)');
+    checkKeys('acquire options', options, ACQUIRE_OPTIONS);
+    if (options?.maxWait === undefined) throw argumentError('acquire needs maxWait (milliseconds)');
     const maxWait = checkMs('maxWait', options.maxWait, 0);
     const { signal } = options;
     const deadline = this.clock.now() + maxWait;
@@ -317,8 +349,13 @@ export class Limiter {
    * STAMP; on a rejection the earlier ones are refunded by their stamps and
    * the later ones are not sent.
    */
-  async allowAll(requests: readonly AllowRequest[], options: AllowAllOptions = {}): Promise<MultiDecision> {
-    if (requests.length === 0) throw new XcloakError('ERR allowAll needs at least one request');
+  async allowAll(requests: readonly AllowAllRequest[], options: AllowAllOptions = {}): Promise<MultiDecision> {
+    if (!Array.isArray(requests) || requests.length === 0) throw argumentError('allowAll needs an array of at least one request');
+    checkKeys('allowAll options', options, ALLOW_ALL_OPTIONS);
+    requests.forEach((r, i) => {
+      checkKeys(`allowAll requests[${i}]`, r, REQUEST_KEYS);
+      checkKey(r.key);
+    });
     const now = options.now ?? (this.clockGiven ? this.clock.now() : undefined);
     const specs = requests.map((r) => this.spec(r.key, r.window, r.limit, r.cost, r.tiers, now, true));
     specs.forEach((spec) => allowCommand(spec)); // refuses a bad window before anything is sent
@@ -330,8 +367,8 @@ export class Limiter {
       } catch (error) {
         await this.refundAll(specs, decisions);
         const failure = toXcloakError(error);
-        if (!(failure instanceof XcloakUnavailableError) || this.errorPolicy === 'raise') throw failure;
-        const allowed = this.errorPolicy === 'allow';
+        if (!(failure instanceof XcloakUnavailableError) || this.onError === 'raise') throw failure;
+        const allowed = this.onError === 'allow';
         const sent = [...decisions, errorDecision(specs[j]!, allowed, failure.cause)];
         return { ...multiDecision(sent, allowed ? null : j), allowed, bindingIndex: j, binding: sent[j]!, retryAfter: 0, via: 'error', error: failure.cause };
       }
@@ -365,7 +402,7 @@ export class Limiter {
    */
   async command(argv: string[], readonly = false): Promise<unknown> {
     try {
-      return await this.deadlines.run((deadline) => this.transport.send(argv, { key: argv[1] ?? '', readonly, deadline }));
+      return await this.deadlines.run((deadline) => this.transport.send(argv, { key: argv[1] ?? '', readonly: readonly && this.replicaReads, deadline }));
     } catch (error) {
       throw toXcloakError(error);
     }
@@ -395,7 +432,7 @@ export class Limiter {
           () => shown,
           async (error) => {
             // Under deny, a request turned away consumes nothing (best effort).
-            if (this.errorPolicy === 'deny' && decision.stamp !== null) await this.refundBestEffort(spec.key, decision.stamp, spec.cost);
+            if (this.onError === 'deny' && decision.stamp !== null) await this.refundBestEffort(spec.key, decision.stamp, spec.cost);
             throw error;
           },
         );
@@ -411,8 +448,8 @@ export class Limiter {
     return new Promise<Decision>((resolve, reject) => {
       const fail = (error: unknown) => {
         const failure = toXcloakError(error);
-        if (!(failure instanceof XcloakUnavailableError) || this.errorPolicy === 'raise') reject(failure);
-        else resolve(errorDecision(spec, this.errorPolicy === 'allow', failure.cause));
+        if (!(failure instanceof XcloakUnavailableError) || this.onError === 'raise') reject(failure);
+        else resolve(errorDecision(spec, this.onError === 'allow', failure.cause));
       };
       const deadline = queue.start(fail);
       this.exec(kind, command, deadline).then(
@@ -435,8 +472,8 @@ export class Limiter {
   private decide(spec: CallSpec, decided: Promise<Decision>): Promise<Decision> {
     return decided.then(undefined, (error) => {
       const failure = toXcloakError(error);
-      if (!(failure instanceof XcloakUnavailableError) || this.errorPolicy === 'raise') throw failure;
-      return errorDecision(spec, this.errorPolicy === 'allow', failure.cause);
+      if (!(failure instanceof XcloakUnavailableError) || this.onError === 'raise') throw failure;
+      return errorDecision(spec, this.onError === 'allow', failure.cause);
     });
   }
 
@@ -479,7 +516,7 @@ export class Limiter {
     if (node.script && this.fallback === 'auto' && performance.now() - node.since < this.probeInterval) {
       return this.viaScript(kind, command, node, deadline);
     }
-    return this.transport.send(command, { key, readonly: kind === 'peek', deadline, exactIntegers: nearMaxExact(command) }).then(
+    return this.transport.send(command, { key, readonly: kind === 'peek' && this.replicaReads, deadline, exactIntegers: nearMaxExact(command) }).then(
       (reply): Sent => {
         node.script = false;
         return { reply, via: 'command' };
@@ -506,7 +543,7 @@ export class Limiter {
     const readonly = kind === 'peek';
     const ro = readonly && node.readOnlyScripts !== false;
     const exactIntegers = nearMaxExact(command);
-    const send = (argv: string[]) => this.transport.send(argv, { key, readonly, deadline, exactIntegers });
+    const send = (argv: string[]) => this.transport.send(argv, { key, readonly: readonly && this.replicaReads, deadline, exactIntegers });
     try {
       const reply = await send([ro ? 'EVALSHA_RO' : 'EVALSHA', script.sha, '1', key, ...args]);
       if (ro) node.readOnlyScripts = true;

@@ -13,6 +13,11 @@
 import { keySlot } from './slot.js';
 import type { CallDeadline, SendOptions, Transport } from './transport.js';
 
+/** A node-redis (the `redis` package, v6) client from createClient(), or a cluster from createCluster(), connected. */
+export type NodeRedisClient =
+  | { readonly isReady: boolean; sendCommand(...args: any[]): Promise<unknown> }
+  | { readonly masters: readonly unknown[]; sendCommand(...args: any[]): Promise<unknown>; nodeClient(...args: any[]): unknown };
+
 /** Whether `client` looks like a node-redis client or cluster (duck-typed: this package imports no client library). */
 export function isNodeRedis(client: any): boolean {
   return typeof client?.sendCommand === 'function' && typeof client?.isCluster !== 'boolean' && ('isReady' in client || 'masters' in client);

@@ -27,21 +27,28 @@
 //   `<key>:block` with PX (0: forever); consume and get check it first when
 //   blocks are on (blockDuration > 0, or checkBlocks: true), one round trip
 //   more per call. A rejection with blockDuration > 0 sets it (NX: the first
-//   rejection, as rate-limiter-flexible blocks on the first crossing).
+//   rejection, as rate-limiter-flexible blocks on the first crossing) for
+//   max(blockDuration, the window's retry-after): on an exact window a block
+//   that ended before the request fits would end in a rejection and a new
+//   block, so a block lasts until the request fits at the earliest, and
+//   msBeforeNext reports that wait.
 // - set(key, points, secDuration) -> DEL, then penalty(points): not atomic, and
 //   secDuration must be 0 or the limiter's duration (a window has one length).
 // - delete(key) -> DEL key and its block key.
 // - execEvenly is not supported (use Limiter.acquire, which waits the server's
 //   retry-after).
-// Outages: with errorPolicy 'raise' (the Limiter's default) an outage rejects
+// Outages: with onError 'raise' (the Limiter's default) an outage rejects
 // with XcloakUnavailableError, which rate-limiter-flexible's insuranceLimiter
 // and RLWrapperTimeouts act on; 'allow' resolves, 'deny' rejects with a
 // RateLimiterRes.
 
 import { RateLimiterCompatibleAbstract, RateLimiterRes } from 'rate-limiter-flexible';
 import type { Decision, TierSpec } from './decision.js';
-import { XcloakError, XcloakUnavailableError } from './errors.js';
+import { XcloakUnavailableError } from './errors.js';
 import type { Limiter } from './limiter.js';
+import { argumentError, checkBoolean, checkKeys, checkLimit, checkTiers, checkWindow, show } from './validate.js';
+
+const OPTIONS = ['limiter', 'points', 'duration', 'tiers', 'keyPrefix', 'blockDuration', 'checkBlocks', 'insuranceLimiter', 'execEvenly'];
 
 export interface RateLimiterXcloakOptions {
   readonly limiter: Limiter;
@@ -53,12 +60,18 @@ export interface RateLimiterXcloakOptions {
   readonly tiers?: readonly TierSpec[];
   /** Default 'rlflx', as rate-limiter-flexible; keys are `<keyPrefix>:<key>`. */
   readonly keyPrefix?: string;
-  /** Seconds a key stays blocked after its first rejection (0: no block). */
+  /**
+   * Seconds a key stays blocked after a rejection (0: no block). On an exact
+   * window the block lasts at least until the rejected request would fit:
+   * max(blockDuration, the window's retry-after), which msBeforeNext reports.
+   */
   readonly blockDuration?: number;
   /** Check block keys in consume/get even with blockDuration 0 (for block()). Default: blockDuration > 0. */
   readonly checkBlocks?: boolean;
   /** Answers instead when this limiter fails (an outage, a timeout): rate-limiter-flexible's insurance. */
   readonly insuranceLimiter?: InsuranceLimiter;
+  /** Only false: spreading requests evenly is Limiter.acquire's job. */
+  readonly execEvenly?: false;
 }
 
 /** Any rate-limiter-flexible limiter. */
@@ -91,6 +104,13 @@ function room(d: Decision): number {
   return d.tiers.length > 0 ? Math.min(...d.tiers.map((t) => t.remaining)) : d.remaining;
 }
 
+function checkBlockSeconds(name: string, value: unknown): void {
+  if (value === undefined) return;
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || value * 1000 > Number.MAX_SAFE_INTEGER) {
+    throw argumentError(`${name} must be a number of seconds from 0 to ${Number.MAX_SAFE_INTEGER / 1000}, got ${show(value)}`);
+  }
+}
+
 export class RateLimiterXcloak extends RateLimiterCompatibleAbstract {
   readonly limiter: Limiter;
   readonly points: number;
@@ -106,18 +126,31 @@ export class RateLimiterXcloak extends RateLimiterCompatibleAbstract {
   declare blockDuration: number;
   declare execEvenly: boolean;
 
+  /** Checks every option now, with the server's ranges: a bad one throws here, never at a consume. */
   constructor(options: RateLimiterXcloakOptions) {
     super();
-    if (!options?.limiter) throw new XcloakError('ERR RateLimiterXcloak needs a limiter (an xcloak Limiter)');
+    checkKeys('RateLimiterXcloak options', options, OPTIONS);
+    if (typeof options?.limiter?.allow !== 'function') throw argumentError(`limiter must be an xcloak Limiter, got ${show(options?.limiter)}`);
     this.limiter = options.limiter;
-    this.points = options.points ?? 4;
+    this.points = checkLimit('points', options.points ?? 4);
     this.duration = options.duration ?? 1;
-    if (!Number.isInteger(this.duration * 1000) || this.duration <= 0) {
-      throw new XcloakError(`ERR duration must be a positive number of seconds in whole milliseconds, got ${options.duration}`);
+    if (typeof this.duration !== 'number' || !(Math.abs(this.duration * 1000 - Math.round(this.duration * 1000)) < 1e-6)) {
+      throw argumentError(`duration must be a number of seconds in whole milliseconds (0.001 to ${Number.MAX_SAFE_INTEGER / 1000}), got ${show(options.duration)}`);
     }
+    checkWindow('duration in milliseconds', Math.round(this.duration * 1000));
+    checkTiers('tiers', options.tiers);
     this.tiers = options.tiers;
+    if (options.keyPrefix !== undefined && typeof options.keyPrefix !== 'string') throw argumentError(`keyPrefix must be a string, got ${show(options.keyPrefix)}`);
     this.prefix = options.keyPrefix ?? 'rlflx';
+    checkBlockSeconds('blockDuration', options.blockDuration);
     this.blockSeconds = options.blockDuration ?? 0;
+    checkBoolean('checkBlocks', options.checkBlocks);
+    if (options.execEvenly !== undefined && options.execEvenly !== false) {
+      throw argumentError('execEvenly is not supported: use Limiter.acquire, which waits the server retry-after');
+    }
+    if (options.insuranceLimiter !== undefined && typeof options.insuranceLimiter?.consume !== 'function') {
+      throw argumentError(`insuranceLimiter must be a rate-limiter-flexible limiter, got ${show(options.insuranceLimiter)}`);
+    }
     this.checkBlocksOption = options.checkBlocks;
     this.insuranceLimiter = options.insuranceLimiter;
     if (this.insuranceLimiter) {
@@ -173,7 +206,10 @@ export class RateLimiterXcloak extends RateLimiterCompatibleAbstract {
       const out = this.fromDecision(d, pointsToConsume);
       if (d.allowed) return out;
       if (this.blockSeconds > 0 && d.via !== 'error' && !d.costExceedsLimit) {
-        const ms = Math.round(this.blockSeconds * 1000);
+        // The block lasts until the request would fit at the earliest: a
+        // block shorter than the window's retry-after would end into a
+        // rejection (and a new block) on an exact window.
+        const ms = Math.max(Math.round(this.blockSeconds * 1000), d.retryAfter);
         if ((await this.limiter.command(['SET', `${rlKey}:block`, '1', 'PX', String(ms), 'NX'])) === 'OK') {
           throw res(out.remainingPoints, ms, out.consumedPoints, false, d);
         }
@@ -204,8 +240,8 @@ export class RateLimiterXcloak extends RateLimiterCompatibleAbstract {
     const stamp = options.stamp;
     if (typeof stamp !== 'number') {
       return Promise.reject(
-        new XcloakError(
-          "ERR reward needs options.stamp, the consume result's stamp: an exact window refunds a known admission, not some entry",
+        argumentError(
+          "reward needs options.stamp, the consume result's stamp: an exact window refunds a known admission, not some entry",
         ),
       );
     }
@@ -232,7 +268,7 @@ export class RateLimiterXcloak extends RateLimiterCompatibleAbstract {
 
   override set(key: string | number, points: number, secDuration: number, options: Record<string, unknown> = {}): Promise<RateLimiterRes> {
     if (secDuration && Math.round(secDuration * 1000) !== this.window) {
-      return Promise.reject(new XcloakError(`ERR set: secDuration must be 0 or the limiter's duration (${this.duration} s): a window has one length`));
+      return Promise.reject(argumentError(`set: secDuration must be 0 or the limiter's duration (${this.duration} s): a window has one length`));
     }
     return this.insured('set', [key, points, secDuration, options], async () => {
       const rlKey = this.getKey(key);
@@ -243,7 +279,7 @@ export class RateLimiterXcloak extends RateLimiterCompatibleAbstract {
 
   override block(key: string | number, secDuration: number, options: Record<string, unknown> = {}): Promise<RateLimiterRes> {
     if (!this.blocks) {
-      return Promise.reject(new XcloakError('ERR block needs blockDuration > 0 or checkBlocks: true, so that consume checks the block key'));
+      return Promise.reject(argumentError('block needs blockDuration > 0 or checkBlocks: true, so that consume checks the block key'));
     }
     return this.insured('block', [key, secDuration, options], async () => {
       const blockKey = `${this.getKey(key)}:block`;
@@ -274,6 +310,7 @@ Object.defineProperties(RateLimiterXcloak.prototype, {
       return this.blockSeconds;
     },
     set(this: any, value: number) {
+      checkBlockSeconds('blockDuration', value);
       this.blockSeconds = value === undefined ? 0 : value;
     },
   },
@@ -282,7 +319,7 @@ Object.defineProperties(RateLimiterXcloak.prototype, {
       return false;
     },
     set(value: boolean) {
-      if (value) throw new XcloakError('ERR execEvenly is not supported: use Limiter.acquire, which waits the server retry-after');
+      if (value) throw argumentError('execEvenly is not supported: use Limiter.acquire, which waits the server retry-after');
     },
   },
 });

@@ -1,7 +1,16 @@
 // Opening and closing the clients the suites drive, the same way for ioredis
 // and node-redis (library defaults unless a test passes options).
-import Redis from 'ioredis';
+// XCLOAK_TEST_IOREDIS names the ioredis package the suites drive: `ioredis`
+// (6.0.0, the default) or `ioredis5` (5.11.1, an npm alias in
+// devDependencies); test.sh runs the transport suites on both.
+import { createRequire } from 'node:module';
 import { createClient, createCluster } from 'redis';
+
+const require = createRequire(import.meta.url);
+export const IOREDIS_PACKAGE = process.env.XCLOAK_TEST_IOREDIS || 'ioredis';
+/** The ioredis under test: its Redis class (Redis.Cluster too) and its version. */
+export const Redis = require(IOREDIS_PACKAGE).default;
+export const IOREDIS_VERSION = require(`${IOREDIS_PACKAGE}/package.json`).version;
 
 export const LIBRARIES = ['ioredis', 'node-redis'];
 

@@ -1,7 +1,8 @@
 // Redis Cluster (3 primaries + 3 replicas): every call reaches its key's node
 // (0 MOVED, counted by the servers), admissions are exact, ioredis' keyPrefix
-// applies, PEEK goes to replicas where the client reads from them; ioredis'
-// own calls, pipelines and auto-pipelines route through the helper; the
+// applies, PEEK goes to replicas where the client reads from them and the
+// limiter has replicaReads (else to the primary); ioredis' own calls and
+// pipelines route through xcloakCommand (a plain `call` is the control); the
 // cluster's retry after a lost connection never sends an ALLOW twice; and
 // the fallback is chosen per node (one primary without the module, then
 // MODULE LOAD on it at run time).
@@ -9,7 +10,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Limiter, XcloakUnavailableError, keySlot } from 'xcloak';
-import { install } from 'xcloak/ioredis';
+import { xcloakCommand } from 'xcloak/ioredis';
 import { Cluster, MODULE, Proxy, stopAll } from './harness.mjs';
 import { LIBRARIES, close, connectCluster, raw } from './clients.mjs';
 
@@ -47,7 +48,8 @@ describe('a 3+3 cluster with the module on every node', () => {
     test(`${library}: the Limiter reaches every key's node, admits exactly, and peeks on replicas`, async () => {
       const client = await connectCluster(library, cluster.nodes[0].port, library === 'ioredis' ? { scaleReads: 'slave' } : { useReplicas: true });
       try {
-        const limiter = new Limiter(client, { prefix: `${library}:` });
+        const limiter = new Limiter(client, { prefix: `${library}:`, replicaReads: true });
+        const onPrimary = new Limiter(client, { prefix: `${library}:` });
         await cluster.resetStats();
         let admitted = 0;
         for (let round = 0; round <= LIMIT; round++) {
@@ -77,6 +79,11 @@ describe('a 3+3 cluster with the module on every node', () => {
         if (library === 'ioredis') assert.equal(onPrimaries, 0, "scaleReads 'slave': every PEEK on a replica");
         else assert.ok(onReplicas > 0, 'useReplicas: PEEKs on replicas too');
         assert.equal(await total(cluster.nodes, 'errorCount', 'MOVED'), 0);
+        // Without replicaReads (the default) every PEEK goes to the primary.
+        await cluster.resetStats();
+        await Promise.all(Array.from({ length: KEYS }, (_, i) => onPrimary.peek(`k${i}`, WINDOW, LIMIT)));
+        assert.equal(await total(replicas, 'calls', 'xcloak.peek'), 0);
+        assert.equal(await total(primaries, 'calls', 'xcloak.peek'), KEYS);
         // allowAll over keys in different slots.
         const multi = await limiter.allowAll([{ key: 'fresh:a', window: WINDOW, limit: 1 }, { key: 'k0', window: WINDOW, limit: LIMIT }]);
         assert.equal(multi.allowed, false);
@@ -106,30 +113,38 @@ describe('a 3+3 cluster with the module on every node', () => {
     }
   });
 
-  test("ioredis' own calls, pipelines and auto-pipelines route through the helper: 0 MOVED, keyPrefix, PEEK on replicas", async () => {
-    install();
+  test("ioredis' own calls and pipelines through xcloakCommand: 0 MOVED, keyPrefix, PEEK on replicas; a plain call is the control", async () => {
     const plain = await connectCluster('ioredis', cluster.nodes[0].port, { scaleReads: 'slave' });
-    const auto = await connectCluster('ioredis', cluster.nodes[0].port, { enableAutoPipelining: true, keyPrefix: 'auto:', scaleReads: 'slave' });
+    const prefixed = await connectCluster('ioredis', cluster.nodes[0].port, { enableAutoPipelining: true, keyPrefix: 'auto:', scaleReads: 'slave' });
     try {
+      // The control: ioredis alone sends a module command to a random primary.
       await cluster.resetStats();
-      for (let i = 0; i < 30; i++) assert.deepEqual(await plain.call('xcloak.allow', `call:${i}`, WINDOW, LIMIT), 1);
+      for (let i = 0; i < 30; i++) await plain.call('xcloak.allow', `control:${i}`, WINDOW, LIMIT).catch(() => {});
+      assert.ok((await total(cluster.nodes, 'errorCount', 'MOVED')) > 0, 'without xcloakCommand, MOVED');
+
+      await cluster.resetStats();
+      for (let i = 0; i < 30; i++) assert.equal(await plain.sendCommand(xcloakCommand(plain, ['xcloak.allow', `call:${i}`, WINDOW, LIMIT])), 1);
       for (let i = 0; i < 30; i++) {
-        const results = await plain.pipeline().call('xcloak.allow', `pipe:${i}`, WINDOW, LIMIT).call('XCLOAK.ALLOW', `pipe:${i}`, WINDOW, LIMIT, 'DETAILS').exec();
+        const results = await plain
+          .pipeline()
+          .sendCommand(xcloakCommand(plain, ['xcloak.allow', `pipe:${i}`, WINDOW, LIMIT]))
+          .sendCommand(xcloakCommand(plain, ['XCLOAK.ALLOW', `pipe:${i}`, WINDOW, LIMIT, 'DETAILS']))
+          .exec();
         assert.deepEqual(results.map(([e]) => e), [null, null]);
       }
-      const replies = await Promise.all(Array.from({ length: 60 }, (_, i) => auto.call('xcloak.allow', `k${i % 30}`, WINDOW, LIMIT)));
+      const replies = await Promise.all(Array.from({ length: 60 }, (_, i) => prefixed.sendCommand(xcloakCommand(prefixed, ['xcloak.allow', `k${i % 30}`, WINDOW, LIMIT]))));
       assert.deepEqual(replies, Array(60).fill(1));
       assert.equal(await total(cluster.nodes, 'errorCount', 'MOVED'), 0);
       assert.equal(await total(await cluster.primaries(), 'calls', 'xcloak.allow'), 30 + 60 + 60);
       for (let i = 0; i < 30; i += 7) assert.equal(await (await cluster.ownerOf(`auto:k${i}`)).admin.zcard(`auto:k${i}`), 2);
       await cluster.waitReplicated();
       await cluster.resetStats();
-      await Promise.all(Array.from({ length: 30 }, (_, i) => auto.call('xcloak.peek', `k${i}`, WINDOW, LIMIT)));
+      await Promise.all(Array.from({ length: 30 }, (_, i) => prefixed.sendCommand(xcloakCommand(prefixed, ['xcloak.peek', `k${i}`, WINDOW, LIMIT]))));
       assert.equal(await total(await cluster.primaries(), 'calls', 'xcloak.peek'), 0);
       assert.equal(await total(await cluster.replicas(), 'calls', 'xcloak.peek'), 30);
     } finally {
       await close(plain);
-      await close(auto);
+      await close(prefixed);
     }
   });
 
@@ -140,15 +155,15 @@ describe('a 3+3 cluster with the module on every node', () => {
   // Catches the error decision built from request 0, the received decisions
   // dropped, rejected left null under deny, no refund.
   for (const library of LIBRARIES) {
-    for (const errorPolicy of ['raise', 'allow', 'deny']) {
-      test(`${library}: allowAll with its second key's node paused (${errorPolicy}): the first is refunded, the policy answers once`, async () => {
+    for (const onError of ['raise', 'allow', 'deny']) {
+      test(`${library}: allowAll with its second key's node paused (${onError}): the first is refunded, the policy answers once`, async () => {
         const client = await connectCluster(library, cluster.nodes[0].port);
         try {
-          const limiter = new Limiter(client, { timeout: 150, errorPolicy });
-          const first = `outage:${library}:${errorPolicy}:a`;
+          const limiter = new Limiter(client, { timeout: 150, onError });
+          const first = `outage:${library}:${onError}:a`;
           const firstOwner = await cluster.ownerOf(first);
           let second;
-          for (let i = 0; !second; i++) if ((await cluster.ownerOf(`outage:${library}:${errorPolicy}:b${i}`)) !== firstOwner) second = `outage:${library}:${errorPolicy}:b${i}`;
+          for (let i = 0; !second; i++) if ((await cluster.ownerOf(`outage:${library}:${onError}:b${i}`)) !== firstOwner) second = `outage:${library}:${onError}:b${i}`;
           const secondOwner = await cluster.ownerOf(second);
           await limiter.reset(second); // the connection exists
           secondOwner.pause();
@@ -159,14 +174,14 @@ describe('a 3+3 cluster with the module on every node', () => {
             secondOwner.resume();
           }
           assert.equal(await firstOwner.admin.exists(first), 0, 'request 0 refunded on its own node');
-          if (errorPolicy === 'raise') {
+          if (onError === 'raise') {
             assert.ok(outcome.error instanceof XcloakUnavailableError, String(outcome.error));
             return;
           }
           const multi = outcome;
-          assert.equal(multi.allowed, errorPolicy === 'allow');
+          assert.equal(multi.allowed, onError === 'allow');
           assert.equal(multi.via, 'error');
-          assert.equal(multi.rejected, errorPolicy === 'deny' ? 1 : null);
+          assert.equal(multi.rejected, onError === 'deny' ? 1 : null);
           assert.equal(multi.bindingIndex, 1);
           assert.equal(multi.decisions.length, 2);
           const [received, failed] = multi.decisions;
@@ -202,7 +217,7 @@ describe('a 3+3 cluster with the module on every node', () => {
           ? await connectCluster('ioredis', first, { natMap: mapped })
           : await connectCluster('node-redis', first, { nodeAddressMap: mapped });
       try {
-        const limiter = new Limiter(client, { timeout: 100, errorPolicy: 'deny' });
+        const limiter = new Limiter(client, { timeout: 100, onError: 'deny' });
         for (const [name, send] of [
           ['ALLOW', (key) => limiter.allow(key, WINDOW, LIMIT)],
           ['INCR (the control)', (key) => raw(client, ['INCR', key])],

@@ -4,13 +4,14 @@
 // rejected one), express-rate-limit's runtime validations raise no warning,
 // and the limit comes from rateLimit()'s options.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import express from 'express';
 import { rateLimit } from 'express-rate-limit';
 import { Limiter } from 'xcloak';
 import { XcloakStore } from 'xcloak/express-rate-limit';
-import { Server, stopAll, waitFor } from './harness.mjs';
+import { Server, packageDir, stopAll, waitFor } from './harness.mjs';
 import { close, connect } from './clients.mjs';
 
 let server;
@@ -142,20 +143,78 @@ describe('XcloakStore in express-rate-limit', () => {
     }
   });
 
-  test('a function limit needs the store\'s own limit; without it, init reports the error', async () => {
-    const { seen, logger } = recorder();
-    const site = await app({ windowMs: 60000, limit: () => 2, store: new XcloakStore({ limiter: new Limiter(client) }), logger });
-    try {
-      assert.match(String(seen[0]?.[1]?.message), /limit is a function/);
-    } finally {
-      await site.close();
-    }
+  test('a function limit needs the store\'s own limit, which then decides', async () => {
     const own = await app({ windowMs: 60000, limit: () => 2, store: new XcloakStore({ limiter: new Limiter(client), limit: 2 }) });
     try {
       assert.deepEqual([(await get(own.url, '/ok')).status, (await get(own.url, '/ok')).status, (await get(own.url, '/ok')).status], [200, 200, 429]);
     } finally {
       await own.close();
     }
+  });
+
+  // express-rate-limit catches what a store's init throws and only logs it;
+  // with passOnStoreError a store error per request would then serve every
+  // request unlimited. The store throws the configuration error again outside
+  // its catch (the app stops at startup) and rejects every request meanwhile.
+  // Each app runs in a child process of its own (its startup is meant to
+  // fail); `catch` installs an uncaughtException handler so that the requests
+  // after it can be counted.
+  function setUp(config, { catchIt = true } = {}) {
+    const script = `
+      import express from 'express';
+      import { rateLimit } from 'express-rate-limit';
+      import Redis from 'ioredis';
+      import { Limiter } from 'xcloak';
+      import { XcloakStore } from 'xcloak/express-rate-limit';
+      const thrown = [];
+      if (${catchIt}) process.on('uncaughtException', (e) => thrown.push(e.message));
+      const config = ${JSON.stringify(config)};
+      if (config.limit === 'function') config.limit = () => 2;
+      const redis = new Redis({ port: ${server.port}, host: '127.0.0.1' });
+      const app = express();
+      app.use(rateLimit({ ...config, passOnStoreError: true, validate: false, logger: { error() {}, warn() {} }, store: new XcloakStore({ limiter: new Limiter(redis) }) }));
+      app.get('/', (req, res) => res.send('ok'));
+      const listener = app.listen(0, '127.0.0.1', async () => {
+        const statuses = [];
+        for (let i = 0; i < 3; i++) statuses.push((await fetch('http://127.0.0.1:' + listener.address().port + '/')).status);
+        console.log(JSON.stringify({ thrown, statuses }));
+        listener.close();
+        redis.disconnect();
+      });
+    `;
+    return spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: packageDir, encoding: 'utf8', timeout: 20000 });
+  }
+
+  test('passOnStoreError: a bad window or limit stops the app at startup and never fails open', async () => {
+    const cases = [
+      [{ windowMs: 60000, limit: -1 }, 'limit must be an integer from 0 to 1000000, got -1'],
+      [{ windowMs: 60000, limit: 1e11 }, 'limit must be an integer from 0 to 1000000, got 100000000000'],
+      [{ windowMs: -1000, limit: 5 }, 'windowMs must be an integer from 1 to 9007199254740991 (milliseconds), got -1000'],
+      [{ windowMs: 1.5, limit: 5 }, 'windowMs must be an integer from 1 to 9007199254740991 (milliseconds), got 1.5'],
+      [{ windowMs: 2 ** 53, limit: 5 }, 'windowMs must be an integer from 1 to 9007199254740991 (milliseconds), got 9007199254740992'],
+      [{ windowMs: 60000, limit: 'function' }, "limit: express-rate-limit's limit is a function; give the store its own `limit` (the function must return it)"],
+    ];
+    for (const [config, message] of cases) {
+      const child = setUp(config);
+      assert.equal(child.status, 0, child.stderr);
+      const { thrown, statuses } = JSON.parse(child.stdout);
+      assert.deepEqual(thrown, [message], JSON.stringify(config));
+      assert.deepEqual(statuses, [429, 429, 429], `${JSON.stringify(config)}: every request rejected, none served unlimited`);
+    }
+    assert.equal(await server.admin.dbsize(), 0, 'nothing recorded');
+    // Without a handler, the process stops at startup with the message.
+    const crashed = setUp({ windowMs: 1.5, limit: 5 }, { catchIt: false });
+    assert.notEqual(crashed.status, 0);
+    assert.match(crashed.stderr, /XcloakError: windowMs must be an integer from 1 to 9007199254740991 \(milliseconds\), got 1\.5/);
+    assert.equal(crashed.stdout, '');
+  });
+
+  test('the store\'s own options are checked when it is built', () => {
+    const limiter = new Limiter(client);
+    assert.throws(() => new XcloakStore({ limiter, windowMs: '60000' }), /^XcloakError: windowMs must be an integer .* got the string "60000"$/);
+    assert.throws(() => new XcloakStore({ limiter, limit: -1 }), /limit must be an integer from 0 to 1000000, got -1/);
+    assert.throws(() => new XcloakStore({ limiter, windwMs: 60000 }), /XcloakStore options: unknown option "windwMs"/);
+    assert.throws(() => new XcloakStore({}), /limiter must be an xcloak Limiter, got undefined/);
   });
 
   test('decrement outside the request that incremented: refunds nothing, warns once', async () => {

@@ -51,9 +51,9 @@ for (const library of LIBRARIES) {
       const onBare = await connect(library, bare.port);
       const onFull = await connect(library, full.port);
       try {
-        for (const errorPolicy of ['raise', 'allow', 'deny']) {
+        for (const onError of ['raise', 'allow', 'deny']) {
           await assert.rejects(
-            new Limiter(onBare, { fallback: 'never', errorPolicy }).allow('k', 60000, 2),
+            new Limiter(onBare, { fallback: 'never', onError }).allow('k', 60000, 2),
             (e) => e instanceof XcloakError && !(e instanceof XcloakUnavailableError) && /^ERR unknown command/i.test(e.message),
           );
         }

@@ -1,16 +1,17 @@
 // The Limiter's calls beyond the vectors, on a real clock: acquire's real
 // sleeps and its AbortSignal, allowAll's refunds when a later request is
-// refused, options checked at construction, and the ioredis helper's version
-// pin.
+// refused, options checked at construction (named, never sent), and the
+// ioredis versions: 5 and 6 taken, any other refused when the Limiter is built.
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { Limiter, XcloakError, XcloakUnavailableError } from 'xcloak';
-import { install, TESTED } from 'xcloak/ioredis';
+import { SUPPORTED_IOREDIS } from 'xcloak/ioredis';
 import { Server, stopAll } from './harness.mjs';
-import { LIBRARIES, close, connect } from './clients.mjs';
+import { IOREDIS_VERSION, LIBRARIES, close, connect } from './clients.mjs';
 
 let server;
 const clients = {};
@@ -57,7 +58,7 @@ for (const library of LIBRARIES) {
     });
 
     test('allowAll: a refusal by the server at request 1 refunds request 0 and is raised', async () => {
-      const limiter = new Limiter(clients[library], { errorPolicy: 'allow' });
+      const limiter = new Limiter(clients[library], { onError: 'allow' });
       await server.admin.set('b', 'a string');
       await assert.rejects(
         limiter.allowAll([{ key: 'a', window: 60000, limit: 5 }, { key: 'b', window: 60000, limit: 5 }]),
@@ -79,37 +80,69 @@ for (const library of LIBRARIES) {
 }
 
 describe('construction', () => {
-  test('bad options are refused, naming them', () => {
+  test('bad options are refused, naming them, with no ERR prefix (that is the server\'s)', () => {
     const client = clients.ioredis;
-    assert.throws(() => new Limiter(client, { errorPolicy: 'open' }), /errorPolicy must be one of raise, allow, deny/);
-    assert.throws(() => new Limiter(client, { fallback: 'sometimes' }), /fallback must be one of/);
-    assert.throws(() => new Limiter(client, { timeout: 0 }), /timeout must be a number of milliseconds of at least 1/);
-    assert.throws(() => new Limiter(client, { durable: { replicas: 0, timeout: 10 } }), /durable.replicas/);
-    assert.throws(() => new Limiter({}), /needs an ioredis Redis or Cluster, or a node-redis client or cluster/);
+    const refused = (re) => (e) => e instanceof XcloakError && e.code === 'ARGUMENT' && !e.message.startsWith('ERR') && re.test(e.message);
+    assert.throws(() => new Limiter(client, { onError: 'open' }), refused(/^onError must be one of raise, allow, deny, got the string "open"$/));
+    assert.throws(() => new Limiter(client, { fallback: 'sometimes' }), refused(/^fallback must be one of/));
+    assert.throws(() => new Limiter(client, { timeout: 0 }), refused(/^timeout must be a number of milliseconds of at least 1/));
+    assert.throws(() => new Limiter(client, { durable: { replicas: 0, timeout: 10 } }), refused(/^durable.replicas/));
+    assert.throws(() => new Limiter(client, { durable: { replicas: 1 } }), refused(/^durable.timeout/));
+    assert.throws(() => new Limiter(client, { replicaReads: 'yes' }), refused(/^replicaReads must be true or false/));
+    // The old name, and a misspelling: refused, not ignored.
+    assert.throws(() => new Limiter(client, { errorPolicy: 'deny' }), refused(/unknown option "errorPolicy" \(known: .*onError/));
+    assert.throws(() => new Limiter(client, { timout: 10 }), refused(/unknown option "timout"/));
+    for (const bad of [{}, 42, 'redis://127.0.0.1', null, undefined]) {
+      assert.throws(() => new Limiter(bad), refused(/^client must be an ioredis Redis or Cluster, or a node-redis client or cluster, got /));
+    }
   });
 
-  test('the ioredis helper installs only into a tested ioredis, and says which', () => {
-    assert.deepEqual(TESTED.ioredis, ['6.0.0']);
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'xcloak-ioredis-pin-'));
+  for (const library of LIBRARIES) {
+    test(`${library}: plain-JS mistakes in a call are refused by name and send nothing`, async () => {
+      const limiter = new Limiter(clients[library]);
+      const refused = (re) => (e) => e instanceof XcloakError && e.code === 'ARGUMENT' && !e.message.startsWith('ERR') && re.test(e.message);
+      await assert.rejects(limiter.allow('k', '60000', 10), refused(/^window must be a number, got the string "60000"$/));
+      await assert.rejects(limiter.allow('k', 60000, '10'), refused(/^limit must be a number, got the string "10"$/));
+      await assert.rejects(limiter.allow('k', 60000, 10, { teirs: [[3_600_000, 100]] }), refused(/^allow options: unknown option "teirs" \(known: cost, tiers, stamp, now\)$/));
+      await assert.rejects(limiter.allow('k', 60000, 10, { cots: 2 }), refused(/unknown option "cots"/));
+      await assert.rejects(limiter.peek('k', 60000, 10, { stamp: true }), refused(/^peek options: unknown option "stamp"/));
+      await assert.rejects(limiter.allow('k', 60000, 10, { tiers: [[3_600_000, '100']] }), refused(/^limit of TIER 1 must be a number/));
+      await assert.rejects(limiter.allow(42, 60000, 10), refused(/^key must be a string, got 42$/));
+      await assert.rejects(limiter.refund('k', 1, { cots: 2 }), refused(/^refund options: unknown option "cots"/));
+      await assert.rejects(limiter.acquire('k', 60000, 10, { maxWait: 10, teirs: [] }), refused(/^acquire options: unknown option "teirs"/));
+      await assert.rejects(limiter.allowAll([{ key: 'k', window: 60000, limit: 10, cots: 2 }]), refused(/^allowAll requests\[0\]: unknown option "cots"/));
+      // A range error is the server's, verbatim.
+      await assert.rejects(limiter.allow('k', 60000, -1), (e) => e instanceof XcloakError && e.code === 'ERR' && e.message === 'ERR limit must be an integer from 0 to 1000000');
+      assert.equal(await server.calls('xcloak.allow'), 1, 'only the range error reached the server');
+      assert.equal(await server.admin.exists('k'), 0, 'nothing recorded');
+    });
+  }
+
+  test(`the ioredis under test (${IOREDIS_VERSION}) is supported; majors other than ${SUPPORTED_IOREDIS.join(' and ')} are refused when the Limiter is built`, () => {
+    assert.deepEqual(SUPPORTED_IOREDIS, [5, 6]);
+    assert.ok(new Limiter(clients.ioredis).transport.module.version === IOREDIS_VERSION);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'xcloak-ioredis-version-'));
     try {
-      for (const [name, version] of [['ioredis', '5.9.9'], ['@ioredis/commands', '2.0.0']]) {
-        const folder = path.join(dir, 'node_modules', name);
-        mkdirSync(folder, { recursive: true });
-        writeFileSync(path.join(folder, 'package.json'), JSON.stringify({ name, version, main: 'index.js' }));
-        writeFileSync(path.join(folder, 'index.js'), 'module.exports = {};');
+      for (const version of ['4.31.0', '7.0.0']) {
+        // A stand-in ioredis of that version: a Redis class the Limiter takes for ioredis's.
+        const folder = path.join(dir, version, 'node_modules', 'ioredis');
+        mkdirSync(path.join(folder, 'built'), { recursive: true });
+        writeFileSync(path.join(folder, 'package.json'), JSON.stringify({ name: 'ioredis', version, main: 'built/index.js' }));
+        writeFileSync(
+          path.join(folder, 'built', 'Redis.js'),
+          'class Redis { constructor() { this.isCluster = false; this.options = {}; } sendCommand() {} duplicate() {} }\nexports.default = Redis;\n',
+        );
+        writeFileSync(path.join(folder, 'built', 'index.js'), "exports.default = require('./Redis').default; exports.Command = class {};\n");
+        const Stand = createRequire(path.join(dir, version, 'x.js'))('ioredis').default;
+        let sent = 0;
+        const client = new Stand();
+        client.sendCommand = () => sent++;
+        assert.throws(
+          () => new Limiter(client),
+          (e) => e instanceof XcloakError && e.code === 'ARGUMENT' && e.message.startsWith(`ioredis ${version} (`) && e.message.endsWith('is not supported: xcloak works with ioredis 5.x and 6.x'),
+        );
+        assert.equal(sent, 0);
       }
-      assert.throws(() => install({ from: dir }), /ioredis 5\.9\.9 is not a tested version \(tested: 6\.0\.0\)/);
-      // With allowUntested it warns, then its self-check refuses this stand-in (no Command class).
-      const warnings = [];
-      const onWarning = (w) => warnings.push(w.code);
-      process.on('warning', onWarning);
-      try {
-        assert.throws(() => install({ from: dir, allowUntested: true }));
-      } finally {
-        process.off('warning', onWarning);
-      }
-      assert.ok(install().version === '6.0.0', 'the real one installs, idempotently');
-      assert.equal(install(), install());
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -10,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import express5 from 'express';
 import express4 from 'express4';
 import Fastify from 'fastify';
-import { Limiter } from 'xcloak';
+import { XcloakError, Limiter } from 'xcloak';
 import { rateLimit as expressRateLimit, clientAddress } from 'xcloak/express';
 import { rateLimit as fastifyRateLimit } from 'xcloak/fastify';
 import { Server, stopAll, waitFor } from './harness.mjs';
@@ -34,6 +34,7 @@ async function app(framework, options) {
     const fastify = Fastify();
     fastify.addHook('onRequest', fastifyRateLimit(options));
     fastify.get('/ok', async () => 'ok');
+    fastify.get('/info', async (request) => request.rateLimit);
     fastify.get('/fail', async (request, reply) => reply.code(500).send('fail'));
     fastify.get('/gate', async () => {
       await gate.opened;
@@ -50,10 +51,11 @@ async function app(framework, options) {
   const application = express();
   application.use(expressRateLimit(options));
   application.get('/ok', (req, res) => res.send('ok'));
+  application.get('/info', (req, res) => res.json(req.rateLimit));
   application.get('/fail', (req, res) => res.status(500).send('fail'));
   application.get('/slow', (req, res) => setTimeout(() => res.send('slow'), 100));
   application.get('/gate', (req, res) => gate.opened.then(() => res.send('through')));
-  application.use((error, req, res, next) => res.status(500).send(error.name)); // quiet: the default handler logs
+  application.use((error, req, res, _next) => res.status(500).send(error.name)); // quiet: the default handler logs
   const listener = await new Promise((resolve) => {
     const l = application.listen(0, '127.0.0.1', () => resolve(l));
   });
@@ -228,7 +230,7 @@ for (const framework of ['express', 'express4', 'fastify']) {
       const sites = {};
       try {
         for (const policy of ['raise', 'allow', 'deny']) {
-          const limiter = new Limiter(onPaused, { errorPolicy: policy, timeout: 100 });
+          const limiter = new Limiter(onPaused, { onError: policy, timeout: 100 });
           sites[policy] = await app(framework, { limiter, limits: { window: 60000, limit: 3 } });
         }
         paused.pause();
@@ -249,14 +251,46 @@ for (const framework of ['express', 'express4', 'fastify']) {
       }
     });
 
-    test('a bad argument is raised (500) under every policy', async () => {
-      for (const policy of ['allow', 'deny']) {
-        const site = await app(framework, { limiter: new Limiter(client, { errorPolicy: policy }), limits: { window: 60000, limit: -1 } });
-        try {
-          assert.equal((await get(site.url, '/ok')).status, 500, policy);
-        } finally {
-          await site.close();
-        }
+    test('a bad configuration is refused when the middleware is built, naming the argument, under every policy', () => {
+      const build = framework === 'fastify' ? fastifyRateLimit : expressRateLimit;
+      const refused = (re) => (e) => e instanceof XcloakError && e.code === 'ARGUMENT' && !e.message.startsWith('ERR') && re.test(e.message);
+      for (const onError of ['raise', 'allow', 'deny']) {
+        const limiter = new Limiter(client, { onError });
+        const cases = [
+          [{ window: 60000, limit: -1 }, /^limits\[0\]\.limit must be an integer from 0 to 1000000, got -1$/],
+          [{ window: 60000, limit: 1e11 }, /^limits\[0\]\.limit must be an integer from 0 to 1000000, got 100000000000$/],
+          [{ window: -1000, limit: 5 }, /^limits\[0\]\.window must be an integer from 1 to 9007199254740991 \(milliseconds\), got -1000$/],
+          [{ window: 1.5, limit: 5 }, /^limits\[0\]\.window must be an integer .* got 1\.5$/],
+          [{ window: 2 ** 53, limit: 5 }, /^limits\[0\]\.window must be an integer .* got 9007199254740992$/],
+          [{ window: '60000', limit: 5 }, /^limits\[0\]\.window must be an integer .* got the string "60000"$/],
+          [{ window: 60000, limit: 5, cost: 0 }, /^limits\[0\]\.cost must be an integer from 1 to 1000000, got 0$/],
+          [{ window: 60000, limit: 5, tiers: [[3_600_000, -2]] }, /^limits\[0\]\.tiers\[0\] limit must be an integer from 0 to 1000000, got -2$/],
+          [{ window: 60000, limit: 5, teirs: [[3_600_000, 20]] }, /^limits\[0\]: unknown option "teirs" \(known: name, window, limit, tiers, cost, key, names\)$/],
+          [{ window: 60000, limit: 5, cots: 2 }, /^limits\[0\]: unknown option "cots"/],
+        ];
+        for (const [limits, message] of cases) assert.throws(() => build({ limiter, limits }), refused(message), JSON.stringify(limits));
+        assert.throws(() => build({ limiter, limits: { window: 60000, limit: 5 }, skipSuccessfulRequest: true }), refused(/^rateLimit options: unknown option "skipSuccessfulRequest"/));
+        assert.throws(() => build({ limiter, limits: [] }), refused(/^limits must hold at least one limit$/));
+        assert.throws(() => build({ limits: { window: 60000, limit: 5 } }), refused(/^limiter must be an xcloak Limiter, got undefined$/));
+        assert.throws(() => build({ limiter, limits: { window: 60000, limit: 5 }, headers: 'draft-8' }), refused(/^headers must be one of ietf, legacy, both/));
+      }
+    });
+
+    test('req.rateLimit: express-rate-limit\'s fields of the binding limit, and the decision', async () => {
+      const limiter = new Limiter(client);
+      const site = await app(framework, { limiter, limits: [{ name: 'ip', window: 60000, limit: 3 }, { name: 'wide', window: 120000, limit: 10 }] });
+      try {
+        await get(site.url, '/ok');
+        const before = Date.now();
+        const info = JSON.parse((await get(site.url, '/info')).body);
+        const { decision, resetTime, ...fields } = info;
+        assert.deepEqual(fields, { limit: 3, used: 2, remaining: 1, key: 'rl:ip:127.0.0.1' });
+        const resetIn = Date.parse(resetTime) - before;
+        assert.ok(resetIn > 59000 && resetIn <= 60100, `resetTime in ${resetIn} ms`);
+        assert.equal(decision.bindingIndex, 0);
+        assert.deepEqual(decision.decisions.map((d) => [d.limit, d.remaining, d.via]), [[3, 1, 'command'], [10, 8, 'command']]);
+      } finally {
+        await site.close();
       }
     });
   });

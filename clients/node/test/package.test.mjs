@@ -1,42 +1,102 @@
-// The packed tarball (npm pack), installed into a project of its own: every
-// entry point loads by `require` and by `import` as the same module instance,
-// TypeScript finds the declarations both ways (node16 resolution), the Lua
-// copies ship, and the copies are byte-identical to the one source in src/lua/.
+// The packed tarball as a new user meets it: a plain `npm pack` builds dist/
+// (the prepack script), and the tarball installs into a fresh CommonJS
+// TypeScript project ("module": "commonjs", node10 resolution: typesVersions
+// finds every entry point) and a fresh ESM one (TypeScript "nodenext", and
+// plain .mjs), from the local npm cache, compiles with tsc and makes a call
+// against a live server. TypeScript refuses what is no client
+// (`new Limiter(42)`, a @ts-expect-error that tsc checks). The README's first
+// example runs as written. The Lua copies are byte-identical to src/lua/.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, mkdirSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { SCRIPTS } from 'xcloak';
-import { packageDir, repoDir } from './harness.mjs';
+import { Server, packageDir, repoDir, stopAll } from './harness.mjs';
 
 const ENTRIES = ['xcloak', 'xcloak/ioredis', 'xcloak/express', 'xcloak/fastify', 'xcloak/rate-limiter-flexible', 'xcloak/express-rate-limit'];
-let project;
+const lock = JSON.parse(readFileSync(path.join(packageDir, 'package-lock.json'), 'utf8')).packages;
+/** The versions this package is tested with, as a user would install them. */
+const pinned = (name) => `${name}@${lock[`node_modules/${name}`].version}`;
+const PEERS = ['ioredis', 'redis', 'express', 'fastify', 'rate-limiter-flexible', 'express-rate-limit', 'typescript', '@types/node', '@types/express'].map(pinned);
+
+let tmp;
+let tarball;
 let files;
+let server;
 
-before(() => {
-  project = mkdtempSync(path.join(os.tmpdir(), 'xcloak-node-package-'));
-  const out = execFileSync('npm', ['pack', '--json', '--pack-destination', project], { cwd: packageDir, encoding: 'utf8' });
+before(async () => {
+  tmp = mkdtempSync(path.join(os.tmpdir(), 'xcloak-node-package-'));
+  const out = execFileSync('npm', ['pack', '--json', '--pack-destination', tmp], { cwd: packageDir, encoding: 'utf8' });
   const [{ filename, files: packed }] = JSON.parse(out);
+  tarball = path.join(tmp, filename);
   files = packed.map((f) => f.path);
-  mkdirSync(path.join(project, 'node_modules/xcloak'), { recursive: true });
-  execFileSync('tar', ['xzf', path.join(project, filename), '-C', path.join(project, 'node_modules/xcloak'), '--strip-components=1']);
-  // The peers from this package's own node_modules (resolved through the symlinks' real paths).
-  for (const peer of ['ioredis', 'redis', 'rate-limiter-flexible', 'express-rate-limit', 'fastify', 'express', 'typescript', '@types']) {
-    symlinkSync(path.join(packageDir, 'node_modules', peer), path.join(project, 'node_modules', peer));
-  }
-  writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true }));
+  server = await Server.start();
 });
-after(() => rmSync(project, { recursive: true, force: true }));
+after(async () => {
+  rmSync(tmp, { recursive: true, force: true });
+  await stopAll();
+});
 
-const run = (file, source) => {
-  writeFileSync(path.join(project, file), source);
-  return execFileSync(process.execPath, [file], { cwd: project, encoding: 'utf8' });
-};
+/** A fresh project in `name` with the tarball and the peers installed (from the npm cache where it has them). */
+function project(name, packageJson) {
+  const dir = path.join(tmp, name);
+  execFileSync('mkdir', ['-p', dir]);
+  writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name, private: true, ...packageJson }));
+  execFileSync('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error', tarball, ...PEERS], { cwd: dir, encoding: 'utf8' });
+  return dir;
+}
+
+function tsc(dir, installed = dir) {
+  try {
+    execFileSync(process.execPath, [path.join(installed, 'node_modules/typescript/bin/tsc'), '-p', dir], { cwd: dir, encoding: 'utf8' });
+  } catch (error) {
+    assert.fail(`tsc in ${path.basename(dir)}:\n${error.stdout}${error.stderr}`);
+  }
+}
+
+const run = (dir, file) =>
+  execFileSync(process.execPath, [file], { cwd: dir, encoding: 'utf8', env: { ...process.env, REDIS_URL: server.url, CHECK_KEY: `package:${path.basename(dir)}:${file}` } });
+
+/** TypeScript that both projects compile: every entry point, the real client types accepted, anything else refused. */
+const TYPED = `
+const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
+const limiter = new Limiter(redis, { onError: 'raise', timeout: 5000 });
+void new Limiter(new Redis.Cluster([{ host: '127.0.0.1', port: 7000 }], { lazyConnect: true }));
+void new Limiter(createClient());
+void new Limiter(createCluster({ rootNodes: [] }));
+// Types only (never called: at run time the refusals would throw XcloakError, code 'ARGUMENT').
+export function refused(): void {
+  // @ts-expect-error: a number is no client
+  void new Limiter(42);
+  // @ts-expect-error: nor is a URL
+  void new Limiter('redis://127.0.0.1:6379');
+  // @ts-expect-error: onError is 'raise' | 'allow' | 'deny'
+  void new Limiter(redis, { onError: 'open' });
+  // @ts-expect-error: the old name is gone
+  void new Limiter(redis, { errorPolicy: 'deny' });
+  // @ts-expect-error: tiers, not teirs
+  void limiter.allow('k', 60_000, 10, { teirs: [[3_600_000, 100]] });
+  const fields: Record<string, string> = headers({} as Decision, { style: 'both' });
+  void fields;
+}
+void expressRateLimit({ limiter, limits: [{ name: 'ip', window: 60_000, limit: 100 }] });
+void fastifyRateLimit({ limiter, limits: { window: 60_000, limit: 100 } });
+void new RateLimiterXcloak({ limiter, points: 10, duration: 60 });
+void new XcloakStore({ limiter });
+void xcloakCommand;
+async function main(): Promise<void> {
+  const d: Decision = await limiter.allow(process.env.CHECK_KEY ?? 'package:check', 60_000, 10, { cost: 2, tiers: [[3_600_000, 100]], stamp: true });
+  console.log(JSON.stringify({ allowed: d.allowed, remaining: d.remaining, via: d.via, stamp: typeof d.stamp }));
+  redis.disconnect();
+}
+void main();
+`;
+const EXPECTED = { allowed: true, remaining: 8, via: 'command', stamp: 'number' };
 
 describe('the npm pack tarball', () => {
-  test('ships dist/ (JS, .d.ts, ESM wrappers), lua/ and the README, and nothing of the tests', () => {
+  test('a plain npm pack ships dist/ (JS, .d.ts, ESM wrappers), lua/ and the README, and nothing of the tests', () => {
     for (const f of ['README.md', 'package.json', 'lua/xcloak_allow.lua', 'lua/xcloak_peek.lua', 'lua/xcloak_refund.lua']) assert.ok(files.includes(f), f);
     for (const entry of ['index', 'ioredis', 'express', 'fastify', 'rate-limiter-flexible', 'express-rate-limit']) {
       for (const ext of ['.js', '.d.ts', '.mjs', '.d.mts']) assert.ok(files.includes(`dist/${entry}${ext}`), `dist/${entry}${ext}`);
@@ -44,65 +104,61 @@ describe('the npm pack tarball', () => {
     assert.ok(!files.some((f) => f.startsWith('test/') || f.startsWith('src/') || f.startsWith('node_modules/')), files.join(' '));
   });
 
-  test('require() of every entry point', () => {
-    const out = run('cjs.cjs', `${ENTRIES.map((e, i) => `const m${i} = require(${JSON.stringify(e)});`).join('\n')}
-console.log(JSON.stringify([typeof m0.Limiter, typeof m0.headers, typeof m1.install, typeof m2.rateLimit, typeof m3.rateLimit, typeof m4.RateLimiterXcloak, typeof m5.XcloakStore]));`);
-    assert.deepEqual(JSON.parse(out), ['function', 'function', 'function', 'function', 'function', 'function', 'function']);
+  test('a fresh CommonJS TypeScript project (module commonjs, node10 resolution): install, tsc, one call', async () => {
+    const dir = project('app', {});
+    writeFileSync(
+      path.join(dir, 'tsconfig.json'),
+      JSON.stringify({ compilerOptions: { module: 'commonjs', moduleResolution: 'node10', target: 'ES2022', strict: true, esModuleInterop: true, skipLibCheck: false, outDir: 'out', types: ['node'] }, files: ['index.ts'] }),
+    );
+    writeFileSync(
+      path.join(dir, 'index.ts'),
+      `import Redis from 'ioredis';\nimport { createClient, createCluster } from 'redis';\nimport { Limiter, headers, type Decision } from 'xcloak';\n` +
+        `import { rateLimit as expressRateLimit } from 'xcloak/express';\nimport { rateLimit as fastifyRateLimit } from 'xcloak/fastify';\n` +
+        `import { RateLimiterXcloak } from 'xcloak/rate-limiter-flexible';\nimport { XcloakStore } from 'xcloak/express-rate-limit';\nimport { xcloakCommand } from 'xcloak/ioredis';\n${TYPED}`,
+    );
+    tsc(dir);
+    assert.match(readFileSync(path.join(dir, 'out/index.js'), 'utf8'), /require\("xcloak\/express"\)/, 'CommonJS output');
+    assert.deepEqual(JSON.parse(run(dir, 'out/index.js')), EXPECTED);
   });
 
-  test('import of every entry point: the same instances as require (one XcloakError class, one Limiter)', () => {
-    const out = run('esm.mjs', `import { createRequire } from 'node:module';
-${ENTRIES.map((e, i) => `import * as m${i} from ${JSON.stringify(e)};`).join('\n')}
-import { Limiter, XcloakError } from 'xcloak';
-const require = createRequire(import.meta.url);
-const cjs = require('xcloak');
-console.log(JSON.stringify([cjs.Limiter === Limiter, cjs.XcloakError === XcloakError, typeof m4.RateLimiterXcloak, typeof m5.XcloakStore, typeof m2.rateLimit, typeof m1.install]));`);
-    assert.deepEqual(JSON.parse(out), [true, true, 'function', 'function', 'function', 'function']);
+  test('a fresh ESM project: TypeScript (nodenext) and plain .mjs, every entry point the same instance by import and require', async () => {
+    // A package of its own ("type": "module") inside the first one, whose node_modules it resolves from.
+    const dir = path.join(tmp, 'app', 'esm');
+    execFileSync('mkdir', ['-p', dir]);
+    writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ name: 'esm', private: true, type: 'module' }));
+    writeFileSync(
+      path.join(dir, 'tsconfig.json'),
+      JSON.stringify({ compilerOptions: { module: 'nodenext', moduleResolution: 'nodenext', target: 'ES2022', strict: true, skipLibCheck: false, outDir: 'out', types: ['node'] }, files: ['index.ts'] }),
+    );
+    writeFileSync(
+      path.join(dir, 'index.ts'),
+      `import { Redis } from 'ioredis';\nimport { createClient, createCluster } from 'redis';\nimport { Limiter, headers, type Decision } from 'xcloak';\n` +
+        `import { rateLimit as expressRateLimit } from 'xcloak/express';\nimport { rateLimit as fastifyRateLimit } from 'xcloak/fastify';\n` +
+        `import { RateLimiterXcloak } from 'xcloak/rate-limiter-flexible';\nimport { XcloakStore } from 'xcloak/express-rate-limit';\nimport { xcloakCommand } from 'xcloak/ioredis';\n${TYPED}`,
+    );
+    tsc(dir, path.join(tmp, 'app'));
+    assert.match(readFileSync(path.join(dir, 'out/index.js'), 'utf8'), /^import .* from 'xcloak\/express';$/m, 'ESM output');
+    assert.deepEqual(JSON.parse(run(dir, 'out/index.js')), EXPECTED);
+    writeFileSync(
+      path.join(dir, 'same.mjs'),
+      `import { createRequire } from 'node:module';\n${ENTRIES.map((e, i) => `import * as m${i} from ${JSON.stringify(e)};`).join('\n')}\n` +
+        `const require = createRequire(import.meta.url);\n` +
+        `console.log(JSON.stringify([${ENTRIES.map((e, i) => `Object.keys(m${i}).length > 0 && Object.entries(m${i}).every(([k, v]) => require(${JSON.stringify(e)})[k] === v)`).join(', ')}]));\n`,
+    );
+    assert.deepEqual(JSON.parse(run(dir, 'same.mjs')), ENTRIES.map(() => true));
   });
 
-  test('TypeScript resolves the declarations for import (.mts) and require (.cts)', () => {
-    const use = `const limiter = new Limiter({} as never, { errorPolicy: 'deny', timeout: 250 });
-const d: Promise<Decision> = limiter.allow('k', 60_000, 10, { cost: 2, tiers: [[3_600_000, 100]], stamp: true });
-void d;
-const fields: Record<string, string> = headers({} as Decision, { style: 'both' });
-void fields;
-void rateLimit({ limiter, limits: [{ name: 'ip', window: 60_000, limit: 100 }] });
-void new RateLimiterXcloak({ limiter, points: 10, duration: 60 });
-void new XcloakStore({ limiter });
-// @ts-expect-error: errorPolicy is 'raise' | 'allow' | 'deny'
-void new Limiter({} as never, { errorPolicy: 'open' });
-`;
-    writeFileSync(
-      path.join(project, 'use.mts'),
-      `import { Limiter, headers, type Decision } from 'xcloak';\nimport { rateLimit } from 'xcloak/express';\nimport { RateLimiterXcloak } from 'xcloak/rate-limiter-flexible';\nimport { XcloakStore } from 'xcloak/express-rate-limit';\n${use}`,
-    );
-    writeFileSync(
-      path.join(project, 'fastify.mts'),
-      `import Fastify from 'fastify';\nimport { Redis } from 'ioredis';\nimport { Limiter } from 'xcloak';\nimport { rateLimit } from 'xcloak/fastify';\n` +
-        `const app = Fastify();\nconst limiter = new Limiter(new Redis({ lazyConnect: true }));\n` +
-        `app.addHook('onRequest', rateLimit({ limiter, limits: { window: 1000, limit: 5 } }));\n` +
-        `app.get('/', { onRequest: rateLimit({ limiter, limits: { name: 'r', window: 1000, limit: 5, key: (request) => String(request.headers['x-user']) } }) }, async () => 'ok');\n`,
-    );
-    writeFileSync(
-      path.join(project, 'express.mts'),
-      `import express, { type Request } from 'express';\nimport { Redis } from 'ioredis';\nimport { Limiter } from 'xcloak';\nimport { rateLimit } from 'xcloak/express';\n` +
-        `const app = express();\nconst limiter = new Limiter(new Redis({ lazyConnect: true }));\n` +
-        `app.use(rateLimit({ limiter, limits: { window: 1000, limit: 5 } }));\n` +
-        `app.post('/login', rateLimit<Request>({ limiter, limits: { name: 'account', window: 60_000, limit: 5, key: (req) => String(req.body.user) } }), (req, res) => { res.send('ok'); });\n`,
-    );
-    writeFileSync(
-      path.join(project, 'use.cts'),
-      `import { Limiter, headers, type Decision } from 'xcloak';\nimport { rateLimit } from 'xcloak/fastify';\nimport { RateLimiterXcloak } from 'xcloak/rate-limiter-flexible';\nimport { XcloakStore } from 'xcloak/express-rate-limit';\n${use}`,
-    );
-    writeFileSync(
-      path.join(project, 'tsconfig.json'),
-      JSON.stringify({ compilerOptions: { module: 'node16', moduleResolution: 'node16', strict: true, noEmit: true, types: ['node'], skipLibCheck: false, target: 'ES2022' }, files: ['use.mts', 'use.cts', 'fastify.mts', 'express.mts'] }),
-    );
-    try {
-      execFileSync(process.execPath, [path.join(project, 'node_modules/typescript/bin/tsc'), '-p', project], { cwd: project, encoding: 'utf8' });
-    } catch (error) {
-      assert.fail(`tsc:\n${error.stdout}${error.stderr}`);
-    }
+  test("the README's first example runs as written (its own file, in a fresh ESM project)", async () => {
+    const readme = readFileSync(path.join(packageDir, 'README.md'), 'utf8');
+    const first = /```js\n([\s\S]*?)```/.exec(readme)[1];
+    const dir = path.join(tmp, 'app', 'esm');
+    writeFileSync(path.join(dir, 'example.mjs'), first);
+    await server.admin.flushall();
+    const out = run(dir, 'example.mjs').trim().split('\n');
+    assert.equal(out.length, 6, out.join('\n'));
+    assert.deepEqual(out.map((line) => line.split(' ')[1]), ['allowed', 'allowed', 'allowed', 'allowed', 'allowed', 'rejected']);
+    assert.match(out[5], /"Retry-After":"(59|60)"/);
+    assert.equal(await server.admin.zcard('user:42'), 5);
   });
 
   test('the Lua copies are byte-identical to src/lua/, in lua/, in the tarball and embedded in the build', () => {
@@ -112,7 +168,7 @@ void new Limiter({} as never, { errorPolicy: 'open' });
     for (const file of sources) {
       const source = readFileSync(path.join(repoDir, 'src/lua', file));
       assert.ok(source.equals(readFileSync(path.join(packageDir, 'lua', file))), `lua/${file} differs: run scripts/sync-lua.sh`);
-      assert.ok(source.equals(readFileSync(path.join(project, 'node_modules/xcloak/lua', file))), `the tarball's lua/${file}`);
+      assert.ok(source.equals(readFileSync(path.join(tmp, 'app/node_modules/xcloak/lua', file))), `the tarball's lua/${file}`);
       assert.ok(source.equals(Buffer.from(embedded[file])), `the build's embedded ${file}`);
     }
   });

@@ -6,12 +6,11 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import Redis from 'ioredis';
 import { RLWrapperTimeouts, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, RateLimiterUnion } from 'rate-limiter-flexible';
 import { Limiter, XcloakError, XcloakUnavailableError } from 'xcloak';
 import { RateLimiterXcloak } from 'xcloak/rate-limiter-flexible';
 import { Server, freePort, stopAll } from './harness.mjs';
-import { LIBRARIES, close, connect } from './clients.mjs';
+import { LIBRARIES, Redis, close, connect } from './clients.mjs';
 
 let server;
 const clients = {};
@@ -23,7 +22,10 @@ after(async () => {
   for (const client of Object.values(clients)) await close(client);
   await stopAll();
 });
-beforeEach(async () => server.admin.flushall());
+beforeEach(async () => {
+  await server.admin.flushall();
+  await server.resetStats();
+});
 
 const rejection = (promise) => promise.then(() => assert.fail('expected a rejection'), (e) => e);
 
@@ -43,6 +45,7 @@ for (const library of LIBRARIES) {
       const rejected = await rejection(rl.consume('u'));
       assert.ok(rejected instanceof RateLimiterRes);
       assert.equal(rejected.remainingPoints, 0);
+      assert.equal(rejected.consumedPoints, 3, 'stops at the limit (RateLimiterRedis: 4, the attempt counted)');
       assert.ok(rejected.msBeforeNext > 59000 && rejected.msBeforeNext <= 60000);
       assert.equal(await server.admin.zcard('rlflx:u'), 3);
       const big = await rl.consume('v', 2);
@@ -99,6 +102,47 @@ for (const library of LIBRARIES) {
       assert.equal((await rejection(rl.consume('v'))).msBeforeNext, -1);
       await assert.rejects(make().block('x', 10), /block needs blockDuration/);
     });
+
+    test('blockDuration shorter than the window: msBeforeNext is the real wait, and the block ends when the request fits', async () => {
+      // The case of issue 31: 2 points a minute, a block of 2 s.
+      const minute = make({ points: 2, duration: 60, blockDuration: 2 });
+      await minute.consume('m');
+      await minute.consume('m');
+      const third = await rejection(minute.consume('m'));
+      assert.ok(third.msBeforeNext > 59000 && third.msBeforeNext <= 60000, `msBeforeNext ${third.msBeforeNext}, not the 2000 of the block`);
+      const pttl = await server.admin.pttl('rlflx:m:block');
+      assert.ok(pttl > 59000 && pttl <= third.msBeforeNext, `the block lasts as long: ${pttl}`);
+      // The same on a short window, where time can pass: the block (200 ms) ends
+      // with the window's retry (about 1 s), not before; a consume in between
+      // is answered by the block and renews nothing; then one is admitted.
+      const rl = make({ points: 2, duration: 1, blockDuration: 0.2 });
+      await rl.consume('u');
+      await rl.consume('u');
+      const rejected = await rejection(rl.consume('u'));
+      assert.ok(rejected.msBeforeNext > 900 && rejected.msBeforeNext <= 1000, String(rejected.msBeforeNext));
+      await sleep(300); // past blockDuration
+      const still = await rejection(rl.consume('u'));
+      assert.ok(still.msBeforeNext > 0 && still.msBeforeNext <= rejected.msBeforeNext - 250, `the same block, counting down: ${still.msBeforeNext}`);
+      assert.equal(await server.calls('xcloak.allow'), 3 + 3, 'the blocked consume sent no ALLOW');
+      await sleep(still.msBeforeNext + 20);
+      const admitted = await rl.consume('u');
+      assert.equal(admitted.remainingPoints, 1, 'admitted when msBeforeNext said, not blocked again');
+    });
+
+    test('options are checked when it is built, with the argument and its range', () => {
+      const limiter = new Limiter(clients[library]);
+      const refused = (re) => (e) => e instanceof XcloakError && e.code === 'ARGUMENT' && re.test(e.message);
+      assert.throws(() => new RateLimiterXcloak({ limiter, points: -1 }), refused(/^points must be an integer from 0 to 1000000, got -1$/));
+      assert.throws(() => new RateLimiterXcloak({ limiter, points: 1e11 }), refused(/^points must be an integer from 0 to 1000000/));
+      assert.throws(() => new RateLimiterXcloak({ limiter, duration: '60' }), refused(/^duration must be a number of seconds in whole milliseconds .* got the string "60"$/));
+      assert.throws(() => new RateLimiterXcloak({ limiter, duration: 0 }), refused(/^duration in milliseconds must be an integer from 1 to 9007199254740991/));
+      assert.throws(() => new RateLimiterXcloak({ limiter, duration: 0.0005 }), refused(/^duration must be a number of seconds in whole milliseconds/));
+      assert.throws(() => new RateLimiterXcloak({ limiter, blockDuration: -1 }), refused(/^blockDuration must be a number of seconds from 0/));
+      assert.throws(() => new RateLimiterXcloak({ limiter, tiers: [[0, 5]] }), refused(/^tiers\[0\] window must be an integer from 1/));
+      assert.throws(() => new RateLimiterXcloak({ limiter, pionts: 5 }), refused(/^RateLimiterXcloak options: unknown option "pionts"/));
+      assert.throws(() => new RateLimiterXcloak({ limiter, execEvenly: true }), refused(/^execEvenly is not supported/));
+      assert.throws(() => new RateLimiterXcloak({ points: 5 }), refused(/^limiter must be an xcloak Limiter/));
+    });
   });
 }
 
@@ -148,8 +192,9 @@ describe("inside rate-limiter-flexible's own compositions", () => {
       await gone.stop();
       assert.equal((await rl.consume('u')).remainingPoints, 0, 'the insurance answered');
       await rejection(rl.consume('u'));
-      const broken = new RateLimiterXcloak({ limiter: new Limiter(clients.ioredis), points: -1, duration: 60, insuranceLimiter: new RateLimiterMemory({ points: 1, duration: 60 }) });
-      await assert.rejects(broken.consume('u'), (e) => e instanceof XcloakError && !(e instanceof XcloakUnavailableError));
+      // A bad argument at a call (a COST above 10^6: the server's refusal) is raised, not insured.
+      const broken = new RateLimiterXcloak({ limiter: new Limiter(clients.ioredis), points: 10, duration: 60, insuranceLimiter: new RateLimiterMemory({ points: 1, duration: 60 }) });
+      await assert.rejects(broken.consume('u', 2_000_000), (e) => e instanceof XcloakError && !(e instanceof XcloakUnavailableError) && /^ERR COST must be/.test(e.message));
     } finally {
       await close(client);
       await gone.destroy();

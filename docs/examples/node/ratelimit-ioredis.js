@@ -3,10 +3,11 @@
 //
 // ioredis does not know where the key of a module command is: a plain
 // `Cluster` sends XCLOAK calls to a random primary and gets MOVED. The
-// package's `xcloak/ioredis` helper teaches it (a Limiter installs it by
-// itself; `install()` does it for your own calls), so calls, pipelines and
-// auto-pipelines go straight to the key's node, `keyPrefix` applies, and
-// `scaleReads` sends XCLOAK.PEEK to replicas. Where the server does not have
+// package sends each call as its own ioredis `Command` that names the key (a
+// Limiter does it by itself; `xcloakCommand` from `xcloak/ioredis` builds one
+// for your own calls and pipelines), so they go straight to the key's node,
+// `keyPrefix` applies, and `scaleReads` sends XCLOAK.PEEK to replicas (for a
+// Limiter, with `replicaReads: true`). Where the server does not have
 // the module, "ERR unknown command" moves that node to the bundled Lua script.
 //
 //   node ratelimit-ioredis.js redis://127.0.0.1:6379/ user:42 60000 3 4 [--cluster] [--keys K]
@@ -27,7 +28,7 @@
 
 const Redis = require('ioredis');
 const { Limiter, SCRIPTS, allowCommand, decisionFromReply, peekCommand } = require('xcloak');
-const { install } = require('xcloak/ioredis');
+const { xcloakCommand } = require('xcloak/ioredis');
 const { parseArgs, printDecision } = require('./cli');
 
 function connect(options) {
@@ -54,16 +55,16 @@ const isUnknownCommand = (error) => /^ERR unknown command/i.test(error && error.
 async function pipelined(client, keys, windowMs, limit, tiers, peek) {
   const specs = keys.map((key) => ({ key, window: windowMs, limit, tiers }));
   const commands = specs.map((spec) => (peek ? peekCommand(spec) : allowCommand(spec)));
-  const send = (toArgv) => {
+  const send = (add) => {
     const pipeline = client.pipeline();
-    for (const command of commands) pipeline.call(...toArgv(command));
+    for (const command of commands) add(pipeline, command);
     return pipeline.exec();
   };
   let via = 'command';
-  let results = await send((command) => command);
+  let results = await send((pipeline, command) => pipeline.sendCommand(xcloakCommand(client, command)));
   if (!peek && results.some(([error]) => isUnknownCommand(error))) {
     via = 'script';
-    results = await send(([, key, ...args]) => ['eval', SCRIPTS.allow.text, 1, key, ...args]);
+    results = await send((pipeline, [, key, ...args]) => pipeline.call('eval', SCRIPTS.allow.text, 1, key, ...args));
   }
   return results.map(([error, reply], i) => {
     if (error) throw error;
@@ -74,14 +75,13 @@ async function pipelined(client, keys, windowMs, limit, tiers, peek) {
 async function main(argv) {
   const options = parseArgs(argv, 'ratelimit-ioredis.js', { '--mode': 'call', '--key-prefix': '' });
   const { windowMs, limit, tiers, calls, peek, keyOf } = options;
-  install(); // for the pipeline mode's own calls (a Limiter would install it too)
   const client = connect(options);
   client.on('error', (error) => console.error('redis:', error.message));
   try {
     // --mode auto sends every request at once: each call's deadline then also
     // covers its wait behind the others (and the cluster's first connections),
     // so this batch allows 10 s instead of the 1 s default for one request.
-    const limiter = new Limiter(client, options['--mode'] === 'auto' ? { timeout: 10000 } : {});
+    const limiter = new Limiter(client, { replicaReads: peek, ...(options['--mode'] === 'auto' ? { timeout: 10000 } : {}) });
     const check = (key) => (peek ? limiter.peek(key, windowMs, limit, { tiers }) : limiter.allow(key, windowMs, limit, { tiers }));
     const requests = Array.from({ length: calls }, (_, i) => keyOf(i));
     let decisions;

@@ -8,7 +8,7 @@
 //
 // In cluster mode the Limiter routes each call by its key
 // (`sendCommand(key, isReadonly, args)`); --peek asks XCLOAK.PEEK, which
-// `useReplicas` may send to a replica. --keys K spreads the requests over
+// `useReplicas` may send to a replica (the Limiter's `replicaReads`). --keys K spreads the requests over
 // KEY:0 .. KEY:K-1 (see cli.js).
 //
 //   node ratelimit.js redis://127.0.0.1:6379/ user:42 60000 3 4 [--cluster] [--keys K] [--peek] [--tier WINDOW_MS:LIMIT]...
@@ -40,7 +40,7 @@ async function main(argv) {
   client.on('error', (error) => console.error('redis:', error.message));
   await client.connect();
   try {
-    const limiter = new Limiter(client);
+    const limiter = new Limiter(client, { replicaReads: peek });
     for (let i = 0; i < calls; i++) {
       const decision = peek ? await limiter.peek(keyOf(i), windowMs, limit, { tiers }) : await limiter.allow(keyOf(i), windowMs, limit, { tiers });
       printDecision(decision);
