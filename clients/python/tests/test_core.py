@@ -30,7 +30,7 @@ def test_reply_to_decision_and_headers(case, index, step):
                           oldest=step.get("oldest", False))
     assert to_dict(decision) == step["decision"]
     if step.get("oldest"):
-        assert decision.oldest_ms == step["oldest_ms"]
+        assert decision.oldest == step["oldest_ms"]
     names = step.get("names")
     assert headers(decision, "ietf", names) == step["headers"]["ietf"]
     assert headers(decision, "legacy", names) == step["headers"]["legacy"]

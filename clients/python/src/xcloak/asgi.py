@@ -17,7 +17,11 @@
   answer (500); ``allow`` serves without headers; ``deny`` answers ``503``.
 - ``skip_successful`` / ``skip_failed``: the admission is made with ``STAMP``
   and, once the response status is known (< 400 is a success), refunded by
-  its stamp. Never PEEK-then-ALLOW.
+  its stamp. Never PEEK-then-ALLOW. Until that refund, a request in flight
+  holds its slot: concurrent successful requests can be turned away.
+- The request's decision is ``request.state.rate_limit`` (``scope["state"]``).
+- The configuration is checked when the middleware is built (``Limit`` when
+  it is built): a bad one raises there, never at the first request.
 """
 
 from __future__ import annotations
@@ -27,18 +31,26 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .aio.limiter import AsyncLimiter
-from .commands import Duration
+from .commands import Duration, limit_config
 from .decision import ERROR, Decision, MultiDecision
-from .headers import headers as _headers
+from .headers import STYLES, headers as _headers
 
 Scope = Dict[str, Any]
+#: The request's Decision (or MultiDecision) in ``scope["state"]``: Starlette and
+#: FastAPI read it as ``request.state.rate_limit``.
+STATE = "rate_limit"
 
 
 @dataclass(frozen=True)
 class Limit:
     """One limit: ``limit`` per ``window`` (a timedelta or ms), more ``tiers``,
     a ``name`` (the key's middle part, default ``http``), a ``cost`` and
-    optional policy ``names`` for the headers (one per tier)."""
+    optional policy ``names`` for the headers (one per tier).
+
+    Checked when it is built, with the server's ranges (``window`` 1 to
+    2^53-1 ms, ``limit`` 0 to 1,000,000, ``cost`` 1 to 1,000,000, at most 15
+    ``tiers`` after the first): a bad one raises ``TypeError`` or
+    ``ValueError`` naming it at startup, never a 500 at the first request."""
 
     window: Duration
     limit: int
@@ -47,12 +59,31 @@ class Limit:
     cost: int = 1
     names: Optional[Sequence[str]] = None
 
+    def __post_init__(self) -> None:
+        limit_config(self.window, self.limit, self.cost, self.tiers)
+        object.__setattr__(self, "tiers", tuple(self.tiers))
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Limit name must be a non-empty str (the key's middle part), got {self.name!r}")
+        if self.names is not None:
+            names = list(self.names)
+            if len(names) != 1 + len(self.tiers) or not all(isinstance(n, str) for n in names):
+                raise ValueError(f"Limit names must be one str per tier ({1 + len(self.tiers)}), got {self.names!r}")
+            object.__setattr__(self, "names", tuple(names))
+
 
 Networks = List[Union[ipaddress.IPv4Network, ipaddress.IPv6Network]]
 
 
 def _networks(proxies: Iterable[str]) -> Networks:
-    return [ipaddress.ip_network(p, strict=False) for p in proxies]
+    if isinstance(proxies, (str, bytes)):
+        raise TypeError(f"trusted_proxies must be a list of addresses or networks, not a single str ({proxies!r})")
+    out: Networks = []
+    for p in proxies:
+        try:
+            out.append(ipaddress.ip_network(p, strict=False))
+        except (TypeError, ValueError):
+            raise ValueError(f"trusted_proxies: {p!r} is not an IP address or network (e.g. '10.0.0.0/8')") from None
+    return out
 
 
 def _trusted(address: str, networks: Networks) -> bool:
@@ -80,11 +111,37 @@ def client_address(scope: Scope, trusted_proxies: Networks = ()) -> str:  # type
     return forwarded[0] if forwarded else peer
 
 
+def _limits(limits: Any) -> Tuple[Limit, ...]:
+    """The configured limits: at least one, each a :class:`Limit` (checked when built)."""
+    if isinstance(limits, Limit):
+        limits = [limits]
+    try:
+        out = tuple(limits)
+    except TypeError:
+        raise TypeError(f"limits must be a list of xcloak.asgi.Limit (or a function of the scope returning one), "
+                        f"not {type(limits).__name__}") from None
+    if not out:
+        raise ValueError("limits: at least one xcloak.asgi.Limit")
+    for i, lim in enumerate(out):
+        if not isinstance(lim, Limit):
+            raise TypeError(f"limits[{i}] must be an xcloak.asgi.Limit, not {type(lim).__name__}")
+    return out
+
+
 class _Guard:
     """What the middleware and the dependency share: the decision for a request."""
 
     def __init__(self, limiter: AsyncLimiter, key: Optional[Callable[[Scope], str]], trusted_proxies: Iterable[str],
                  style: str, skip_successful: bool, skip_failed: bool) -> None:
+        if not isinstance(limiter, AsyncLimiter):
+            raise TypeError(f"limiter must be an xcloak.AsyncLimiter (over redis.asyncio), not {type(limiter).__name__}")
+        if key is not None and not callable(key):
+            raise TypeError(f"key must be a function of the ASGI scope, not {type(key).__name__}")
+        if style not in STYLES:
+            raise ValueError(f"style must be one of {', '.join(STYLES)} (got {style!r})")
+        for name, flag in (("skip_successful", skip_successful), ("skip_failed", skip_failed)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
         self.limiter = limiter
         self.networks = _networks(trusted_proxies)
         self.key = key or (lambda scope: client_address(scope, self.networks))
@@ -151,7 +208,7 @@ class RateLimitMiddleware:
                  key: Optional[Callable[[Scope], str]] = None, trusted_proxies: Iterable[str] = (),
                  style: str = "ietf", skip_successful: bool = False, skip_failed: bool = False) -> None:
         self.app = app
-        self.limits = limits
+        self.limits = limits if callable(limits) else _limits(limits)
         self.guard = _Guard(limiter, key, trusted_proxies, style, skip_successful, skip_failed)
 
     async def __call__(self, scope: Scope, receive, send) -> None:
@@ -164,6 +221,7 @@ class RateLimitMiddleware:
             return
         guard = self.guard
         decision, admitted = await guard.decide(scope, limits)  # under on_error="raise": the framework's 500
+        scope.setdefault("state", {})[STATE] = decision  # Starlette: request.state.rate_limit
         if decision.via == ERROR:
             if not decision.allowed:
                 await _respond(send, 503, [], b"Service Unavailable: the rate limiter cannot decide\n")
@@ -200,15 +258,14 @@ class RateLimit:
 
     def __init__(self, limiter: AsyncLimiter, *limits: Limit, key: Optional[Callable[[Scope], str]] = None,
                  trusted_proxies: Iterable[str] = (), style: str = "ietf") -> None:
-        if not limits:
-            raise ValueError("RateLimit needs at least one Limit")
-        self.limits = limits
+        self.limits = _limits(limits)
         self.guard = _Guard(limiter, key, trusted_proxies, style, False, False)
 
     async def __call__(self, request, response) -> Union[Decision, MultiDecision]:
         from starlette.exceptions import HTTPException
 
         decision, _ = await self.guard.decide(request.scope, self.limits)
+        request.scope.setdefault("state", {})[STATE] = decision
         if decision.via == ERROR:
             if not decision.allowed:
                 raise HTTPException(503, "Service Unavailable: the rate limiter cannot decide")

@@ -43,9 +43,9 @@ class AsyncMovingWindow:
         d = await self.limiter.peek(self._xcloak_key(key), int(expiry * 1000), limit, oldest=True)
         if d.via == ERROR:
             return time.time(), 0 if d.allowed else limit
-        if d.oldest_ms is None:
+        if d.oldest is None:
             return time.time(), 0
-        return d.oldest_ms / 1000, limit - d.remaining
+        return d.oldest / 1000, limit - d.remaining
 
     async def clear(self, key: str) -> None:
         await super().clear(key)  # type: ignore[misc]
@@ -57,7 +57,9 @@ class XcloakAsyncStorage(AsyncMovingWindow, RedisStorage):
 
     def __init__(self, uri: str, key_prefix: str = PREFIX, **options: Any) -> None:
         redis_uri, config = _split(uri, options)
-        config.pop("replica_peeks")
+        if config.pop("replica_reads"):
+            raise ValueError("replica_reads: a single server has no replica to read (async+xcloak+cluster:// or "
+                             "async+xcloak+sentinel://)")
         super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
         self._xcloak_prefix = key_prefix
         self.limiter = AsyncLimiter(self.bridge.storage, **config)
@@ -68,10 +70,10 @@ class XcloakAsyncClusterStorage(AsyncMovingWindow, RedisClusterStorage):
 
     def __init__(self, uri: str, key_prefix: str = PREFIX, **options: Any) -> None:
         redis_uri, config = _split(uri, options)
-        replica_peeks = config.pop("replica_peeks")
+        replica_reads = config.pop("replica_reads")
         super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
         self._xcloak_prefix = key_prefix
-        self.limiter = AsyncLimiter(self.bridge.storage, replica_reads=replica_peeks, **config)
+        self.limiter = AsyncLimiter(self.bridge.storage, replica_reads=replica_reads, **config)
 
 
 class XcloakAsyncSentinelStorage(AsyncMovingWindow, RedisSentinelStorage):
@@ -79,9 +81,9 @@ class XcloakAsyncSentinelStorage(AsyncMovingWindow, RedisSentinelStorage):
 
     def __init__(self, uri: str, key_prefix: str = PREFIX, **options: Any) -> None:
         redis_uri, config = _split(uri, options)
-        replica_peeks = config.pop("replica_peeks")
+        replica_reads = config.pop("replica_reads")
         super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
         self._xcloak_prefix = key_prefix
         bridge = self.bridge
-        self.limiter = AsyncLimiter(bridge.storage, replica=bridge.storage_replica if replica_peeks else None,
+        self.limiter = AsyncLimiter(bridge.storage, replica=bridge.storage_replica if replica_reads else None,
                                     **config)
