@@ -206,3 +206,55 @@ def test_fastapi_dependency(redis_server):
         assert serving.get("/free")[0] == 200, "other routes are not limited"
     finally:
         serving.close()
+
+
+def test_the_decision_is_request_state_rate_limit(redis_server):
+    async def show(request):
+        d = request.state.rate_limit
+        return PlainTextResponse(f"{d.allowed} {d.remaining} {d.limit}")
+
+    limiter = xcloak.AsyncLimiter(redis.asyncio.Redis(port=redis_server.port))
+    app = Starlette(routes=[Route("/", show)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, limits=[Limit(60_000, 3)])
+    serving = Serving(app)
+    try:
+        assert [serving.get()[2] for _ in range(2)] == ["True 2 3", "True 1 3"]
+    finally:
+        serving.close()
+
+
+def test_skip_successful_holds_a_slot_until_the_refund(redis_server):
+    """README, skip_successful: an admission is refunded after its response,
+    so successes still in flight hold their slots. 60 concurrent successful
+    requests (each answered after 300 ms), limit 10: 10 are served, 50 get 429,
+    though no success is counted once they are done."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def slow(request):
+        await asyncio.sleep(0.3)
+        return PlainTextResponse("ok")
+
+    limiter = xcloak.AsyncLimiter(redis.asyncio.Redis(port=redis_server.port))
+    app = Starlette(routes=[Route("/", slow)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, limits=[Limit(60_000, 10)], skip_successful=True)
+    serving = Serving(app)
+    try:
+        barrier = threading.Barrier(60)
+
+        def one(_):
+            barrier.wait()
+            return serving.get()[0]
+
+        with ThreadPoolExecutor(60) as pool:
+            statuses = list(pool.map(one, range(60)))
+        assert statuses.count(200) >= 10 and statuses.count(429) > 0, statuses
+        assert statuses.count(200) + statuses.count(429) == 60
+        print(f"60 concurrent successes, limit 10: {statuses.count(200)} served, {statuses.count(429)} got 429")
+        deadline = time.monotonic() + 5
+        while redis_server.client().zcard("rl:http:127.0.0.1") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert redis_server.client().zcard("rl:http:127.0.0.1") == 0, "every success refunded once done"
+        assert serving.get()[0] == 200
+    finally:
+        serving.close()

@@ -35,6 +35,8 @@ from .commands import Duration, limit_config
 from .decision import ERROR, Decision, MultiDecision
 from .headers import STYLES, headers as _headers
 
+__all__ = ["Limit", "RateLimit", "RateLimitMiddleware"]
+
 Scope = Dict[str, Any]
 #: The request's Decision (or MultiDecision) in ``scope["state"]``: Starlette and
 #: FastAPI read it as ``request.state.rate_limit``.

@@ -19,7 +19,6 @@ from ._transport import Transport
 from .commands import Duration, Tiers
 from .decision import Decision, MultiDecision, from_reply
 from .errors import UnavailableError
-from .headers import headers as _headers
 
 
 class Limiter(Base):
@@ -133,10 +132,6 @@ class Limiter(Base):
         Not in durable mode: its admissions would be reported before ``WAIT``."""
         _engine.refuse_durable_pipeline(self.engine)
         return Pipeline(self)
-
-    @staticmethod
-    def headers(decision: Any, style: str = "ietf", names: Any = None) -> Dict[str, str]:
-        return _headers(decision, style, names)
 
     def close(self) -> None:
         """Closes the limiter's own connections (not the client's)."""

@@ -26,8 +26,10 @@ Options (keyword arguments, e.g. Flask-Limiter's ``RATELIMIT_STORAGE_OPTIONS``,
 or the URI's query string): ``on_error`` (``raise``, ``allow``, ``deny``),
 ``timeout`` (milliseconds or a timedelta, default 1000), ``fallback`` (``auto``,
 ``always``, ``never``), ``probe_interval`` (milliseconds or a timedelta),
-``replica_reads`` (``get_moving_window`` on a replica: cluster and Sentinel).
-They are checked when the storage is built (Flask-Limiter: ``init_app``).
+``replica_reads`` (``get_moving_window`` on a replica: cluster and Sentinel),
+and as a keyword argument only ``clock`` (an :class:`xcloak.Clock`: its time is
+sent as ``NOW``, for tests that freeze time, since the window otherwise runs on
+the server's clock). They are checked when the storage is built (Flask-Limiter: ``init_app``).
 
 A ``limit`` above the server's cap (``xcloak.max-limit``, 1,000,000 by default
 and always through the script) is refused by the server at the first hit of
@@ -47,7 +49,7 @@ from limits.storage import RedisClusterStorage, RedisSentinelStorage, RedisStora
 from .decision import ERROR
 from .limiter import Limiter
 
-OPTIONS = ("on_error", "timeout", "fallback", "probe_interval", "replica_reads")
+OPTIONS = ("on_error", "timeout", "fallback", "probe_interval", "replica_reads", "clock")
 SCHEMES = {"xcloak": "redis", "xcloaks": "rediss", "xcloak+unix": "redis+unix",
            "xcloak+cluster": "redis+cluster", "xcloak+sentinel": "redis+sentinel"}
 
@@ -104,6 +106,11 @@ def split_options(uri: str, options: Dict[str, Any]) -> Tuple[str, Dict[str, Any
         config["timeout"] = _ms("timeout", ours["timeout"])
     if "probe_interval" in ours:
         config["probe_interval"] = _ms("probe_interval", ours["probe_interval"])
+    if "clock" in ours:  # a keyword argument only: an xcloak.Clock (tests that freeze time)
+        if isinstance(ours["clock"], str):
+            raise ValueError("clock is an xcloak.Clock, passed as a keyword argument (storage options), "
+                             "not in the URI")
+        config["clock"] = ours["clock"]
     config["replica_reads"] = _flag("replica_reads", ours.get("replica_reads", False))
     return redis_uri, config
 

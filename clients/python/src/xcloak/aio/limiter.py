@@ -18,7 +18,6 @@ from .._driver import Base, drive
 from ..commands import Duration, Tiers
 from ..decision import Decision, MultiDecision
 from ..errors import UnavailableError
-from ..headers import headers as _headers
 from ..limiter import Pipeline
 from ._transport import Transport
 
@@ -105,10 +104,6 @@ class AsyncLimiter(Base):
         """As Limiter.pipeline: not in durable mode."""
         _engine.refuse_durable_pipeline(self.engine)
         return AsyncPipeline(self)
-
-    @staticmethod
-    def headers(decision: Any, style: str = "ietf", names: Any = None) -> Dict[str, str]:
-        return _headers(decision, style, names)
 
     async def close(self) -> None:
         await self._transport.close()
