@@ -23,8 +23,8 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 import xcloak
-from xcloak.asgi import Limit, RateLimit, RateLimitMiddleware
 from servers import Server, free_port
+from xcloak.asgi import Limit, RateLimit, RateLimitMiddleware
 
 
 class Serving:
@@ -83,7 +83,7 @@ def test_429_with_headers_and_headers_on_allowed(redis_server):
     try:
         replies = [serving.get() for _ in range(4)]
         assert [status for status, _, _ in replies] == [200, 200, 200, 429]
-        for i, (status, headers, _) in enumerate(replies[:3]):
+        for i, (_, headers, _) in enumerate(replies[:3]):
             assert headers["ratelimit-policy"] == '"3-in-60s";q=3;w=60'
             assert headers["ratelimit"] == f'"3-in-60s";r={2 - i};t=60'
             assert "retry-after" not in headers

@@ -21,14 +21,14 @@ import time
 import pytest
 import redis
 import redis.asyncio
+from limits import RateLimitItemPerMinute
+from limits.storage import storage_from_string
+from limits.strategies import MovingWindowRateLimiter
 from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
 import xcloak
 import xcloak.limits
-from limits import RateLimitItemPerMinute
-from limits.storage import storage_from_string
-from limits.strategies import MovingWindowRateLimiter
 from servers import SERVER, Cluster, Server, free_port, raw
 
 

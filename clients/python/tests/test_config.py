@@ -130,11 +130,11 @@ def test_clients_of_the_wrong_kind_are_refused_when_built(server):
 
 
 @pytest.mark.parametrize("call,name", [
-    (lambda l: l.allow("u", 60.0, 5), "window"),
-    (lambda l: l.allow("u", True, 5), "window"),
-    (lambda l: l.allow("u", 60000, 5, tiers=[(3600.0, 10)]), "window of TIER 1"),
-    (lambda l: l.peek("u", 1.5, 5), "window"),
-    (lambda l: l.acquire("u", 60000, 5, max_wait=1.0), "max_wait"),
+    (lambda lim: lim.allow("u", 60.0, 5), "window"),
+    (lambda lim: lim.allow("u", True, 5), "window"),
+    (lambda lim: lim.allow("u", 60000, 5, tiers=[(3600.0, 10)]), "window of TIER 1"),
+    (lambda lim: lim.peek("u", 1.5, 5), "window"),
+    (lambda lim: lim.acquire("u", 60000, 5, max_wait=1.0), "max_wait"),
 ])
 def test_a_float_or_bool_call_argument_is_refused_and_nothing_is_sent(server, call, name):
     limiter = xcloak.Limiter(server.client(), on_error="allow")
@@ -202,6 +202,7 @@ def test_limit_is_checked_when_built():
 
 def test_middleware_configuration_is_checked_when_built(server):
     from starlette.applications import Starlette
+
     from xcloak.asgi import Limit, RateLimit, RateLimitMiddleware
 
     limiter = xcloak.AsyncLimiter(redis.asyncio.Redis(port=server.port))

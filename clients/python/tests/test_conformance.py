@@ -23,10 +23,10 @@ import asyncio
 import pytest
 
 import xcloak
-from xcloak import _engine
-from xcloak.decision import to_dict
 from servers import Server, server_version
 from vectors import CASES, decode, tiers_of
+from xcloak import _engine
+from xcloak.decision import to_dict
 
 SCRIPT_OF = {"XCLOAK.ALLOW": _engine.ALLOW_SHA, "XCLOAK.PEEK": _engine.PEEK_SHA, "XCLOAK.REFUND": _engine.REFUND_SHA}
 
@@ -110,10 +110,12 @@ def run_step(limiter, step, recorder, via, conn):
         kwargs = dict(cost=step.get("cost", 1), tiers=tiers_of(step), now=step["now"])
         if op == "allow":
             kwargs["stamp"] = step.get("stamp", False)
-            call = lambda: limiter.allow(step["key"], step["window"], step["limit"], **kwargs)
+            def call():
+                return limiter.allow(step["key"], step["window"], step["limit"], **kwargs)
         else:
             kwargs["oldest"] = step.get("oldest", False)
-            call = lambda: limiter.peek(step["key"], step["window"], step["limit"], **kwargs)
+            def call():
+                return limiter.peek(step["key"], step["window"], step["limit"], **kwargs)
         if "error" in step:
             with pytest.raises(xcloak.XcloakError) as raised:
                 call()

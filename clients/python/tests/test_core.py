@@ -15,10 +15,10 @@ from datetime import timedelta
 
 import pytest
 
+from vectors import steps
 from xcloak import acquire as plan
-from xcloak.decision import ERROR, Decision, combine, from_reply, to_dict, by_policy
+from xcloak.decision import ERROR, Decision, by_policy, combine, from_reply, to_dict
 from xcloak.headers import default_name, headers
-from vectors import steps, tiers_of
 
 WINDOW_STEPS = [s for s in steps("allow", "peek") if "decision" in s[2]]
 

@@ -342,7 +342,7 @@ def test_pipeline_with_the_fallback_inside():
         try:
             limiter = xcloak.Limiter(s.client())
             p = limiter.pipeline()
-            for i in range(4):
+            for _ in range(4):
                 p.allow("pipe", 60000, 3, stamp=True)
             p.peek("pipe", 60000, 3, oldest=True)
             p.reset("other")

@@ -123,7 +123,7 @@ def test_every_concept_once_in_order_then_python_only_lines():
     concepts = [c for c, _, _ in ROWS]
     assert concepts[:len(CONCEPT_KEYS)] == CONCEPT_KEYS
     assert len(set(concepts)) == len(concepts), "a concept twice"
-    for concept, name, note in ROWS[len(CONCEPT_KEYS):]:
+    for concept, name, _ in ROWS[len(CONCEPT_KEYS):]:
         assert name != "-", concept
     for concept, name, note in ROWS:
         if name == "-":

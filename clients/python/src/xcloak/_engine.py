@@ -24,7 +24,7 @@ import hashlib
 import time
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple
 
 from redis import exceptions as rex
 
@@ -39,7 +39,7 @@ POLICIES = ("raise", "allow", "deny")
 
 
 def _script(name: str) -> Tuple[str, str]:
-    text = resources.files(__package__).joinpath("lua", name).read_text(encoding="utf-8")
+    text = resources.files(__package__).joinpath("lua").joinpath(name).read_text(encoding="utf-8")
     return text, hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -90,7 +90,7 @@ def refusal(error: rex.ResponseError) -> XcloakError:
     return XcloakError(text)
 
 
-def refuse_durable_pipeline(engine: "Engine") -> None:
+def refuse_durable_pipeline(engine: Engine) -> None:
     """A pipeline reports each admission with its reply; durable mode must
     WAIT first (docs/clients.md, Durable mode), so the two don't mix."""
     if engine.durable is not None:
@@ -132,7 +132,7 @@ class Direct:
 
     __slots__ = ("engine", "node", "commands", "window_ms", "limit", "tiered", "stamp", "oldest")
 
-    def __init__(self, engine: "Engine", node: Any, commands: Tuple[Tuple[Any, ...], ...], window_ms: int,
+    def __init__(self, engine: Engine, node: Any, commands: Tuple[Tuple[Any, ...], ...], window_ms: int,
                  limit: int, tiered: bool, stamp: bool, oldest: bool) -> None:
         self.engine = engine
         self.node = node
@@ -330,7 +330,8 @@ class Engine:
             return cmd.integer(now, "now")
         return self.clock.now_ms() if self.clock else None
 
-    def window_request(self, key: str, window, limit: int, cost: int, tiers, now: Optional[int]):
+    def window_request(self, key: str, window: Duration, limit: int, cost: int, tiers: Optional[Tiers],
+                       now: Optional[int]) -> Tuple[str, int, int, List[Tuple[int, int]], int, Optional[int]]:
         window_ms = cmd.to_ms(window, "window")
         limit = cmd.integer(limit, "limit")
         cost = cmd.integer(cost, "cost")
@@ -370,7 +371,7 @@ class Engine:
             return reply, SCRIPT, node
         raise UnavailableError(f"{key!r}: still redirected after {MAX_REDIRECTIONS} tries (the cluster is resharding)")
 
-    def _script(self, node, kind: str, sha: str, key: str, args: List[str]) -> Op:
+    def _script(self, node: Any, kind: str, sha: str, key: str, args: List[str]) -> Op:
         state = self._state(node.name)
         for _ in range(2):
             verb = "EVALSHA_RO" if kind == "peek" and state.read_only_scripts else "EVALSHA"
@@ -402,7 +403,8 @@ class Engine:
         command = ("XCLOAK.PEEK", key, *cmd.peek_args(window_ms, limit, tiers_ms, cost, now_ms, flag))
         return Direct(self, node, (command,), window_ms, limit, bool(tiers_ms), False, flag)
 
-    def allow(self, key, window, limit, cost=1, tiers=None, stamp=False, now=None) -> Op:
+    def allow(self, key: str, window: Duration, limit: int, cost: int = 1, tiers: Optional[Tiers] = None,
+              stamp: bool = False, now: Optional[int] = None) -> Op:
         key, window_ms, limit, tiers_ms, cost, now_ms = self.window_request(key, window, limit, cost, tiers, now)
         # Durable mode always sends STAMP (the deny path refunds by it); the
         # decision shows it only if asked.
@@ -419,7 +421,7 @@ class Engine:
             decision = _without_stamp(decision)
         return decision
 
-    def _wait_replicated(self, node, key: str, decision: Decision, cost: int) -> Op:
+    def _wait_replicated(self, node: Any, key: str, decision: Decision, cost: int) -> Op:
         """``WAIT N timeout`` after an admission; fewer replicas: the policy's."""
         durable = self.durable
         assert durable is not None
@@ -436,7 +438,8 @@ class Engine:
                     pass
             raise error
 
-    def peek(self, key, window, limit, cost=1, tiers=None, now=None, oldest=False) -> Op:
+    def peek(self, key: str, window: Duration, limit: int, cost: int = 1, tiers: Optional[Tiers] = None,
+             now: Optional[int] = None, oldest: bool = False) -> Op:
         key, window_ms, limit, tiers_ms, cost, now_ms = self.window_request(key, window, limit, cost, tiers, now)
         args = cmd.peek_args(window_ms, limit, tiers_ms, cost, now_ms, oldest)
         try:
@@ -445,7 +448,7 @@ class Engine:
             return self.policy(error, window_ms, limit)
         return from_reply(reply, window_ms, bool(tiers_ms), oldest=oldest, via=via)
 
-    def refund(self, key, stamp: int, cost: int = 1) -> Op:
+    def refund(self, key: str, stamp: int, cost: int = 1) -> Op:
         """How many entries it removed. An outage is raised (there is no
         decision to fail open or closed)."""
         args = cmd.refund_args(cmd.integer(stamp, "stamp"), cmd.integer(cost, "cost"))
@@ -457,7 +460,7 @@ class Engine:
                 raise refusal(acked)
         return int(reply)
 
-    def reset(self, key) -> Op:
+    def reset(self, key: str) -> Op:
         key = self.prefix + key
         for _ in range(MAX_REDIRECTIONS):
             node = yield Locate(key)
@@ -517,9 +520,10 @@ class Engine:
                                    rejected=result.rejected, binding_index=result.binding_index, via=result.via)
         return result
 
-    def _refund_all(self, admitted, best_effort: bool) -> Op:
+    def _refund_all(self, admitted: List[Tuple[str, Decision, int]], best_effort: bool) -> Op:
         for key, decision, cost in admitted:
             try:
+                assert decision.stamp is not None
                 yield from self.call("refund", key, cmd.refund_args(decision.stamp, cost))
             except (UnavailableError, XcloakError):
                 if not best_effort:
@@ -546,7 +550,7 @@ class Engine:
             raise XcloakError(f"max_wait must be from 0 to {cmd.MAX_MS} milliseconds (got {max_wait!r})")
         deadline = self.wall_ms() + max_wait_ms
         while True:
-            decision = yield "allow", ()
+            decision: Decision = yield "allow", ()
             _, sleep_ms = plan.next_step(decision, deadline - self.wall_ms(), self.jitter_fraction, self.random)
             if sleep_ms is None:
                 return decision
@@ -593,11 +597,13 @@ class Engine:
             results[i] = UnavailableError(f"{entries[i].key!r}: still redirected (the cluster is resharding)")
         return results
 
-    def _pipeline_node(self, node, entries, indexes, results, redirected) -> Op:
+    def _pipeline_node(self, node: Any, entries: Sequence[Entry], indexes: List[int], results: List[Any],
+                       redirected: List[int]) -> Op:
         names, shas = COMMAND_OF, SHA_OF
         mode = self.mode_of(node.name)
         scripted: List[int] = []
-        commands, sent = [], []
+        commands: List[Tuple[str, ...]] = []
+        sent: List[int] = []
         for i in indexes:
             e = entries[i]
             if e.kind == "reset":
@@ -640,7 +646,7 @@ class Engine:
             scripted = missing
 
     @staticmethod
-    def _result(entry: Entry, reply, via: str):
+    def _result(entry: Entry, reply: Any, via: str) -> Any:
         if isinstance(reply, rex.ResponseError):
             return refusal(reply)
         return entry.parse(reply, via)

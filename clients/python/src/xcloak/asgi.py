@@ -27,17 +27,21 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .aio.limiter import AsyncLimiter
-from .commands import Duration, limit_config
+from .commands import AllowAllRequest, Duration, limit_config
 from .decision import ERROR, Decision, MultiDecision
-from .headers import STYLES, headers as _headers
+from .headers import STYLES
+from .headers import headers as _headers
 
 __all__ = ["Limit", "RateLimit", "RateLimitMiddleware"]
 
 Scope = Dict[str, Any]
+Receive = Callable[[], Awaitable[Dict[str, Any]]]
+Send = Callable[[Dict[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
 #: The request's Decision (or MultiDecision) in ``scope["state"]``: Starlette and
 #: FastAPI read it as ``request.state.rate_limit``.
 STATE = "rate_limit"
@@ -136,7 +140,8 @@ class _Guard:
     def __init__(self, limiter: AsyncLimiter, key: Optional[Callable[[Scope], str]], trusted_proxies: Iterable[str],
                  style: str, skip_successful: bool, skip_failed: bool) -> None:
         if not isinstance(limiter, AsyncLimiter):
-            raise TypeError(f"limiter must be an xcloak.AsyncLimiter (over redis.asyncio), not {type(limiter).__name__}")
+            raise TypeError("limiter must be an xcloak.AsyncLimiter (over redis.asyncio), "
+                            f"not {type(limiter).__name__}")
         if key is not None and not callable(key):
             raise TypeError(f"key must be a function of the ASGI scope, not {type(key).__name__}")
         if style not in STYLES:
@@ -155,47 +160,51 @@ class _Guard:
                                                                           List[Tuple[str, Decision, int]]]:
         ident = self.key(scope)
         stamp = self.skip_successful or self.skip_failed
-        requests = [{"key": f"rl:{lim.name}:{ident}", "window": lim.window, "limit": lim.limit,
-                     "tiers": list(lim.tiers), "cost": lim.cost} for lim in limits]
-        if len(requests) == 1:
-            r = requests[0]
-            decision: Union[Decision, MultiDecision] = await self.limiter.allow(
-                r["key"], r["window"], r["limit"], cost=r["cost"], tiers=r["tiers"], stamp=stamp)
-            decisions = [decision]
+        keys = [f"rl:{lim.name}:{ident}" for lim in limits]
+        decision: Union[Decision, MultiDecision]
+        if len(limits) == 1:
+            lim = limits[0]
+            single = await self.limiter.allow(keys[0], lim.window, lim.limit, cost=lim.cost, tiers=lim.tiers,
+                                              stamp=stamp)
+            decision, decisions = single, [single]
         else:
-            decision = await self.limiter.allow_all(requests, stamp=stamp)
-            decisions = list(decision.decisions)
-        admitted = []
+            requests: List[AllowAllRequest] = [
+                {"key": key, "window": lim.window, "limit": lim.limit, "tiers": lim.tiers, "cost": lim.cost}
+                for key, lim in zip(keys, limits)]
+            multi = await self.limiter.allow_all(requests, stamp=stamp)
+            decision, decisions = multi, list(multi.decisions)
+        admitted: List[Tuple[str, Decision, int]] = []
         if stamp and decision.allowed and decision.via != ERROR:
-            admitted = [(r["key"], d, r["cost"]) for r, d in zip(requests, decisions) if d.stamp is not None]
+            admitted = [(key, d, lim.cost) for key, lim, d in zip(keys, limits, decisions) if d.stamp is not None]
         return decision, admitted
 
-    def header_list(self, decision, limits: Sequence[Limit]) -> List[Tuple[bytes, bytes]]:
-        names = None
+    def header_list(self, decision: Union[Decision, MultiDecision], limits: Sequence[Limit]
+                    ) -> List[Tuple[bytes, bytes]]:
+        names: Any = None
         if any(lim.names for lim in limits):
             names = [lim.names for lim in limits] if isinstance(decision, MultiDecision) else limits[0].names
         return [(k.lower().encode(), v.encode()) for k, v in _headers(decision, self.style, names).items()]
 
-    async def settle(self, admitted, status: int) -> None:
+    async def settle(self, admitted: List[Tuple[str, Decision, int]], status: int) -> None:
         """skip_successful / skip_failed: refund this request's own admissions by stamp."""
         if not admitted:
             return
         if (self.skip_successful and status < 400) or (self.skip_failed and status >= 400):
             for key, d, cost in admitted:
                 try:
-                    await self.limiter.refund(key, d.stamp, cost)
+                    await self.limiter.refund(key, d.stamp, cost)  # type: ignore[arg-type]
                 except Exception:  # the window stays conservative: never generous
                     pass
 
 
-async def _respond(send, status: int, headers: List[Tuple[bytes, bytes]], body: bytes) -> None:
+async def _respond(send: Send, status: int, headers: List[Tuple[bytes, bytes]], body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": headers + [(b"content-type", b"text/plain; charset=utf-8"),
                                       (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
 
 
-def rejection_body(decision) -> bytes:
+def rejection_body(decision: Union[Decision, MultiDecision]) -> bytes:
     binding = decision.binding if isinstance(decision, MultiDecision) else decision
     if binding.cost_exceeds_limit:
         return b"Too Many Requests: this request is larger than the limit and can never be admitted\n"
@@ -205,15 +214,16 @@ def rejection_body(decision) -> bytes:
 class RateLimitMiddleware:
     """An ASGI middleware limiting HTTP requests (see the module's docs)."""
 
-    def __init__(self, app, limiter: AsyncLimiter,
+    def __init__(self, app: App, limiter: AsyncLimiter,
                  limits: Union[Sequence[Limit], Callable[[Scope], Optional[Sequence[Limit]]]],
                  key: Optional[Callable[[Scope], str]] = None, trusted_proxies: Iterable[str] = (),
                  style: str = "ietf", skip_successful: bool = False, skip_failed: bool = False) -> None:
         self.app = app
-        self.limits = limits if callable(limits) else _limits(limits)
+        self.limits: Union[Tuple[Limit, ...], Callable[[Scope], Optional[Sequence[Limit]]]] = (
+            limits if callable(limits) else _limits(limits))
         self.guard = _Guard(limiter, key, trusted_proxies, style, skip_successful, skip_failed)
 
-    async def __call__(self, scope: Scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -236,7 +246,7 @@ class RateLimitMiddleware:
             return
         status = [500]
 
-        async def send_with_headers(message) -> None:
+        async def send_with_headers(message: Dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
                 message = dict(message, headers=list(message.get("headers", [])) + extra)
@@ -263,7 +273,7 @@ class RateLimit:
         self.limits = _limits(limits)
         self.guard = _Guard(limiter, key, trusted_proxies, style, False, False)
 
-    async def __call__(self, request, response) -> Union[Decision, MultiDecision]:
+    async def __call__(self, request: Any, response: Any) -> Union[Decision, MultiDecision]:
         from starlette.exceptions import HTTPException
 
         decision, _ = await self.guard.decide(request.scope, self.limits)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 #: Who decided: the module, the bundled Lua script, or the error policy.
 COMMAND, SCRIPT, ERROR = "command", "script", "error"
@@ -162,7 +162,7 @@ def combine(decisions: Sequence[Decision], rejected: Optional[int]) -> MultiDeci
                          binding_index=binding, via=decisions[binding].via)
 
 
-def to_dict(decision: Decision) -> dict:
+def to_dict(decision: Decision) -> Dict[str, Any]:
     """The vectors' shape of a Decision (``via`` and ``error`` left out)."""
     return {
         "allowed": decision.allowed, "limit": decision.limit, "remaining": decision.remaining,

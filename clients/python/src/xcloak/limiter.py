@@ -10,11 +10,12 @@ too) or a ``redis.cluster.RedisCluster``. The calls are the engine's operations
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Generator, List, Mapping, Optional, Sequence, Tuple
 
 from . import _engine
-from ._engine import Direct
+from . import commands as cmd
 from ._driver import Base, drive
+from ._engine import Direct
 from ._transport import Transport
 from .commands import Duration, Tiers
 from .decision import Decision, MultiDecision, from_reply
@@ -125,9 +126,12 @@ class Limiter(Base):
                 kind, ms = loop.send(answer)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
-            answer = self.allow(key, window, limit, cost, tiers) if kind == "allow" else self._sleep(ms)
+            if kind == "allow":
+                answer = self.allow(key, window, limit, cost, tiers)
+            else:
+                self._sleep(ms)
 
-    def pipeline(self) -> "Pipeline":
+    def pipeline(self) -> Pipeline:
         """Batches calls into one round trip per node (``with limiter.pipeline() as p``).
         Not in durable mode: its admissions would be reported before ``WAIT``."""
         _engine.refuse_durable_pipeline(self.engine)
@@ -150,45 +154,45 @@ class Pipeline:
         self.entries: List[_engine.Entry] = []
         self._policy_args: List[Optional[Tuple[int, int]]] = []
 
-    def __enter__(self) -> "Pipeline":
+    def __enter__(self) -> Pipeline:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.entries.clear()
 
     def __len__(self) -> int:
         return len(self.entries)
 
-    def allow(self, key: str, window, limit: int, cost: int = 1, tiers=None, stamp: bool = False,
-              now: Optional[int] = None) -> "Pipeline":
+    def allow(self, key: str, window: Duration, limit: int, cost: int = 1, tiers: Optional[Tiers] = None,
+              stamp: bool = False, now: Optional[int] = None) -> Pipeline:
         engine = self.limiter.engine
         key, window_ms, limit, tiers_ms, cost, now_ms = engine.window_request(key, window, limit, cost, tiers, now)
-        args = _engine.cmd.allow_args(window_ms, limit, tiers_ms, cost, now_ms, stamp)
+        args = cmd.allow_args(window_ms, limit, tiers_ms, cost, now_ms, stamp)
         tiered = bool(tiers_ms)
         self.entries.append(_engine.Entry("allow", key, args,
                                           lambda r, via: from_reply(r, window_ms, tiered, stamp=stamp, via=via)))
         self._policy_args.append((window_ms, limit))
         return self
 
-    def peek(self, key: str, window, limit: int, cost: int = 1, tiers=None, now: Optional[int] = None,
-             oldest: bool = False) -> "Pipeline":
+    def peek(self, key: str, window: Duration, limit: int, cost: int = 1, tiers: Optional[Tiers] = None,
+             now: Optional[int] = None, oldest: bool = False) -> Pipeline:
         engine = self.limiter.engine
         key, window_ms, limit, tiers_ms, cost, now_ms = engine.window_request(key, window, limit, cost, tiers, now)
-        args = _engine.cmd.peek_args(window_ms, limit, tiers_ms, cost, now_ms, oldest)
+        args = cmd.peek_args(window_ms, limit, tiers_ms, cost, now_ms, oldest)
         tiered = bool(tiers_ms)
         self.entries.append(_engine.Entry("peek", key, args,
                                           lambda r, via: from_reply(r, window_ms, tiered, oldest=oldest, via=via)))
         self._policy_args.append((window_ms, limit))
         return self
 
-    def refund(self, key: str, stamp: int, cost: int = 1) -> "Pipeline":
+    def refund(self, key: str, stamp: int, cost: int = 1) -> Pipeline:
         engine = self.limiter.engine
-        args = _engine.cmd.refund_args(_engine.cmd.integer(stamp, "stamp"), _engine.cmd.integer(cost, "cost"))
+        args = cmd.refund_args(cmd.integer(stamp, "stamp"), cmd.integer(cost, "cost"))
         self.entries.append(_engine.Entry("refund", engine.prefix + key, args, lambda r, via: int(r)))
         self._policy_args.append(None)
         return self
 
-    def reset(self, key: str) -> "Pipeline":
+    def reset(self, key: str) -> Pipeline:
         self.entries.append(_engine.Entry("reset", self.limiter.engine.prefix + key, [], lambda r, via: int(r) == 1))
         self._policy_args.append(None)
         return self

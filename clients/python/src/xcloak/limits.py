@@ -171,7 +171,7 @@ class XcloakClusterStorage(MovingWindow, RedisClusterStorage):
 
 
 class XcloakSentinelStorage(MovingWindow, RedisSentinelStorage):
-    """``xcloak+sentinel://host:port,host:port/service``: limits' RedisSentinelStorage, with the moving window on xcloak."""
+    """``xcloak+sentinel://host:port,host:port/service``: limits' RedisSentinelStorage, the moving window on xcloak."""
 
     STORAGE_SCHEME = ["xcloak+sentinel"]
 

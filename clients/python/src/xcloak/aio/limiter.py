@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence
+from typing import Any, Generator, List, Mapping, Optional, Sequence
 
 from .. import _engine
-from .._engine import Direct
 from .._driver import Base, drive
+from .._engine import Direct
 from ..commands import Duration, Tiers
 from ..decision import Decision, MultiDecision
 from ..errors import UnavailableError
@@ -98,9 +98,12 @@ class AsyncLimiter(Base):
                 kind, ms = loop.send(answer)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
-            answer = await self.allow(key, window, limit, cost, tiers) if kind == "allow" else await self._sleep(ms)
+            if kind == "allow":
+                answer = await self.allow(key, window, limit, cost, tiers)
+            else:
+                await self._sleep(ms)
 
-    def pipeline(self) -> "AsyncPipeline":
+    def pipeline(self) -> AsyncPipeline:
         """As Limiter.pipeline: not in durable mode."""
         _engine.refuse_durable_pipeline(self.engine)
         return AsyncPipeline(self)
@@ -112,7 +115,7 @@ class AsyncLimiter(Base):
 class AsyncPipeline(Pipeline):
     """:class:`xcloak.limiter.Pipeline`, with ``await p.execute()``."""
 
-    async def __aenter__(self) -> "AsyncPipeline":
+    async def __aenter__(self) -> AsyncPipeline:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

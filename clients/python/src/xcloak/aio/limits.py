@@ -9,7 +9,7 @@ They are limits' own asyncio Redis storages with redis.asyncio
 from __future__ import annotations
 
 import time
-from typing import Any, Tuple
+from typing import Any, Dict, Tuple
 
 from limits.aio.storage import RedisClusterStorage, RedisSentinelStorage, RedisStorage
 
@@ -19,7 +19,7 @@ from .limiter import AsyncLimiter
 PREFIX = "LIMITS"
 
 
-def _split(uri: str, options: dict):
+def _split(uri: str, options: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
     from ..limits import split_options
 
     options.pop("implementation", None)  # always redis.asyncio
@@ -29,6 +29,10 @@ def _split(uri: str, options: dict):
 class AsyncMovingWindow:
     limiter: AsyncLimiter
     _xcloak_prefix: str
+
+    def _bridge(self) -> Any:
+        """limits' redis.asyncio bridge (its storage and replica clients; untyped there)."""
+        return self.bridge  # type: ignore[attr-defined]
 
     def _xcloak_key(self, key: str) -> str:
         return f"{self._xcloak_prefix}:xcloak:{key}"
@@ -62,7 +66,7 @@ class XcloakAsyncStorage(AsyncMovingWindow, RedisStorage):
                              "async+xcloak+sentinel://)")
         super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
         self._xcloak_prefix = key_prefix
-        self.limiter = AsyncLimiter(self.bridge.storage, **config)
+        self.limiter = AsyncLimiter(self._bridge().storage, **config)
 
 
 class XcloakAsyncClusterStorage(AsyncMovingWindow, RedisClusterStorage):
@@ -73,7 +77,7 @@ class XcloakAsyncClusterStorage(AsyncMovingWindow, RedisClusterStorage):
         replica_reads = config.pop("replica_reads")
         super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
         self._xcloak_prefix = key_prefix
-        self.limiter = AsyncLimiter(self.bridge.storage, replica_reads=replica_reads, **config)
+        self.limiter = AsyncLimiter(self._bridge().storage, replica_reads=replica_reads, **config)
 
 
 class XcloakAsyncSentinelStorage(AsyncMovingWindow, RedisSentinelStorage):
@@ -84,6 +88,6 @@ class XcloakAsyncSentinelStorage(AsyncMovingWindow, RedisSentinelStorage):
         replica_reads = config.pop("replica_reads")
         super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
         self._xcloak_prefix = key_prefix
-        bridge = self.bridge
+        bridge = self._bridge()
         self.limiter = AsyncLimiter(bridge.storage, replica=bridge.storage_replica if replica_reads else None,
                                     **config)
