@@ -52,8 +52,8 @@ _XCLOAK_URI = "127.0.0.1:%s" % os.environ["XCLOAK_LIMITS_PORT"]
 _XCLOAK_ID = "xcloak-" + os.environ["XCLOAK_LIMITS_VIA"]
 # test_moving_window_huge_cost admits a cost of 999,999 at once: 999,999
 # sorted-set members, about 0.8 s of server time with the module (1 s through
-# the script), beyond the default 1 s timeout; the strategy tests give 5 s.
-_XCLOAK_ARGS = {"timeout": 5}
+# the script), beyond the default 1 s timeout; the strategy tests give 5 s (5000 ms).
+_XCLOAK_ARGS = {"timeout": 5000}
 ALL_STORAGES["xcloak"] = pytest.param(
     "xcloak://" + _XCLOAK_URI, _XCLOAK_ARGS, lf("xcloak_server"), marks=pytest.mark.xcloak, id=_XCLOAK_ID
 )
