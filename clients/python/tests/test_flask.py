@@ -133,3 +133,32 @@ def test_a_frozen_clock_reaches_the_moving_window(monkeypatch):
         assert plain.get("/").status_code == 429
     finally:
         server.close()
+
+
+def test_a_rejection_answers_the_headers_window_without_a_peek():
+    """Flask-Limiter with headers asks get_moving_window after every hit: a
+    PEEK after an admission, nothing after a rejection (its reply already
+    says when the oldest entry leaves). The headers are the same figures:
+    X-RateLimit-Remaining 0, Retry-After and X-RateLimit-Reset the window's
+    oldest entry's expiry, as a PEEK reads them (checked against one)."""
+    import xcloak
+
+    server = Server()
+    try:
+        client = _app(f"xcloak://127.0.0.1:{server.port}", "3/minute", headers_enabled=True).test_client()
+        start = time.time()
+        replies = [client.get("/") for _ in range(6)]
+        assert [r.status_code for r in replies] == [200, 200, 200, 429, 429, 429]
+        assert server.calls("xcloak.allow") == 6
+        assert server.calls("xcloak.peek") == 3, "a PEEK after each admission only"
+        (key,) = server.client().keys("LIMITS:xcloak:*")
+        peek = xcloak.Limiter(server.client()).peek(key.decode(), 60_000, 3, oldest=True)
+        assert peek.oldest is not None and peek.remaining == 0
+        for r in replies[3:]:
+            assert r.headers["X-RateLimit-Remaining"] == "0"
+            reset = int(r.headers["X-RateLimit-Reset"])
+            assert abs(reset - (peek.oldest / 1000 + 60)) <= 1, (reset, peek.oldest)
+            assert 58 <= int(r.headers["Retry-After"]) <= 60
+        assert time.time() - start < 30
+    finally:
+        server.close()

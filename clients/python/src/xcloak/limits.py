@@ -46,6 +46,7 @@ from typing import Any, Dict, Tuple
 
 from limits.storage import RedisClusterStorage, RedisSentinelStorage, RedisStorage
 
+from . import _window
 from .decision import ERROR
 from .limiter import Limiter
 
@@ -126,11 +127,18 @@ class MovingWindow:
 
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         if amount > limit:
+            _window.forget()
             return False  # can never fit (limits' own storages answer the same without a call)
-        return self.limiter.allow(self._xcloak_key(key), int(expiry * 1000), limit, cost=amount).allowed
+        d = self.limiter.allow(self._xcloak_key(key), int(expiry * 1000), limit, cost=amount)
+        _window.remember(self, key, limit, expiry, amount, d, self.limiter.engine.wall_ms())
+        return d.allowed
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
-        """(start of the window: its oldest live entry, in seconds; live entries)."""
+        """(start of the window: its oldest live entry, in seconds; live entries).
+        Right after a rejection of this key, from its reply (``_window``)."""
+        known = _window.recall(self, key, limit, expiry, self.limiter.engine.wall_ms())
+        if known is not None:
+            return known
         d = self.limiter.peek(self._xcloak_key(key), int(expiry * 1000), limit, oldest=True)
         if d.via == ERROR:
             # The error policy: fail open reads as an empty window, fail closed as a full one.
@@ -140,6 +148,7 @@ class MovingWindow:
         return d.oldest / 1000, limit - d.remaining
 
     def clear(self, key: str) -> None:
+        _window.forget()
         super().clear(key)  # type: ignore[misc]  # limits' counters of this key
         self.limiter.reset(self._xcloak_key(key))
 

@@ -13,6 +13,7 @@ from typing import Any, Dict, Tuple
 
 from limits.aio.storage import RedisClusterStorage, RedisSentinelStorage, RedisStorage
 
+from .. import _window
 from ..decision import ERROR
 from .limiter import AsyncLimiter
 
@@ -39,11 +40,16 @@ class AsyncMovingWindow:
 
     async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         if amount > limit:
+            _window.forget()
             return False
         d = await self.limiter.allow(self._xcloak_key(key), int(expiry * 1000), limit, cost=amount)
+        _window.remember(self, key, limit, expiry, amount, d, self.limiter.engine.wall_ms())
         return d.allowed
 
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
+        known = _window.recall(self, key, limit, expiry, self.limiter.engine.wall_ms())
+        if known is not None:
+            return known
         d = await self.limiter.peek(self._xcloak_key(key), int(expiry * 1000), limit, oldest=True)
         if d.via == ERROR:
             return time.time(), 0 if d.allowed else limit
@@ -52,6 +58,7 @@ class AsyncMovingWindow:
         return d.oldest / 1000, limit - d.remaining
 
     async def clear(self, key: str) -> None:
+        _window.forget()
         await super().clear(key)  # type: ignore[misc]
         await self.limiter.reset(self._xcloak_key(key))
 
