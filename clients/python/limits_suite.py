@@ -87,7 +87,18 @@ def pytest_configure(config):
 @pytest.fixture
 def xcloak_server():
     client = redis.Redis("127.0.0.1", int(os.environ["XCLOAK_LIMITS_PORT"]))
-    client.flushall()
+    # A test before this one may have left the server running a long script
+    # (the fallback's 999,999-entry admission outlasting its client's timeout
+    # on a loaded machine): wait until it is done (BUSY), then flush.
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            client.flushall()
+            break
+        except redis.exceptions.ResponseError as error:
+            if not str(error).startswith("BUSY") or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
     yield client
     client.close()
 '''
@@ -116,7 +127,8 @@ def prepare() -> Path:
     patch(tests / "utils.py", "ALL_STORAGES_ASYNC = {", UTILS_PATCH)
     patch(tests / "utils.py", "\nall_storage = pytest.mark.parametrize(", ASYNC_PATCH)
     source = (tests / "conftest.py").read_text()
-    if "added by xcloak" not in source:
+    if CONFTEST_PATCH not in source:  # not yet, or an earlier version of it: (re)applied
+        source = source.split("\n\n# ---- added by xcloak")[0]
         (tests / "conftest.py").write_text(source + CONFTEST_PATCH)
     patch(tests / "test_storage.py", "from tests.utils import fixed_start",
           "\nfrom tests.utils import XCLOAK_CONCRETE  # added by xcloak", before=False)
