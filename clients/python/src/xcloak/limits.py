@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from limits.storage import RedisClusterStorage, RedisSentinelStorage, RedisStorage
 
@@ -120,6 +120,7 @@ class MovingWindow:
     """The moving window on XCLOAK.ALLOW / XCLOAK.PEEK ... OLDEST (sync)."""
 
     limiter: Limiter
+    _rejections: _window.Rejections
     key_prefix: str
 
     def _xcloak_key(self, key: str) -> str:
@@ -127,16 +128,15 @@ class MovingWindow:
 
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         if amount > limit:
-            _window.forget()
             return False  # can never fit (limits' own storages answer the same without a call)
         d = self.limiter.allow(self._xcloak_key(key), int(expiry * 1000), limit, cost=amount)
-        _window.remember(self, key, limit, expiry, amount, d, self.limiter.engine.wall_ms())
+        self._rejections.remember(key, limit, expiry, amount, d, self.limiter.engine.wall_ms())
         return d.allowed
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
         """(start of the window: its oldest live entry, in seconds; live entries).
         Right after a rejection of this key, from its reply (``_window``)."""
-        known = _window.recall(self, key, limit, expiry, self.limiter.engine.wall_ms())
+        known = self._rejections.recall(key, limit, expiry, self.limiter.engine.wall_ms())
         if known is not None:
             return known
         d = self.limiter.peek(self._xcloak_key(key), int(expiry * 1000), limit, oldest=True)
@@ -148,9 +148,13 @@ class MovingWindow:
         return d.oldest / 1000, limit - d.remaining
 
     def clear(self, key: str) -> None:
-        _window.forget()
+        self._rejections.forget(key)
         super().clear(key)  # type: ignore[misc]  # limits' counters of this key
         self.limiter.reset(self._xcloak_key(key))
+
+    def reset(self) -> Optional[int]:
+        self._rejections.forget()
+        return super().reset()  # type: ignore[misc, no-any-return]
 
 
 class XcloakStorage(MovingWindow, RedisStorage):
@@ -165,6 +169,7 @@ class XcloakStorage(MovingWindow, RedisStorage):
                              "xcloak+sentinel://)")
         super().__init__(redis_uri, **options)
         self.limiter = Limiter(self.storage, **config)
+        self._rejections = _window.Rejections()
 
 
 class XcloakClusterStorage(MovingWindow, RedisClusterStorage):
@@ -177,6 +182,7 @@ class XcloakClusterStorage(MovingWindow, RedisClusterStorage):
         replica_reads = config.pop("replica_reads")
         super().__init__(redis_uri, **options)
         self.limiter = Limiter(self.storage, replica_reads=replica_reads, **config)
+        self._rejections = _window.Rejections()
 
 
 class XcloakSentinelStorage(MovingWindow, RedisSentinelStorage):
@@ -189,6 +195,7 @@ class XcloakSentinelStorage(MovingWindow, RedisSentinelStorage):
         replica_reads = config.pop("replica_reads")
         super().__init__(redis_uri, **options)
         self.limiter = Limiter(self.storage, replica=self.storage_slave if replica_reads else None, **config)
+        self._rejections = _window.Rejections()
 
 
 # The asyncio twins register with limits when this module is imported.

@@ -9,7 +9,7 @@ They are limits' own asyncio Redis storages with redis.asyncio
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from limits.aio.storage import RedisClusterStorage, RedisSentinelStorage, RedisStorage
 
@@ -29,6 +29,7 @@ def _split(uri: str, options: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
 
 class AsyncMovingWindow:
     limiter: AsyncLimiter
+    _rejections: _window.Rejections
     _xcloak_prefix: str
 
     def _bridge(self) -> Any:
@@ -40,14 +41,13 @@ class AsyncMovingWindow:
 
     async def acquire_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
         if amount > limit:
-            _window.forget()
             return False
         d = await self.limiter.allow(self._xcloak_key(key), int(expiry * 1000), limit, cost=amount)
-        _window.remember(self, key, limit, expiry, amount, d, self.limiter.engine.wall_ms())
+        self._rejections.remember(key, limit, expiry, amount, d, self.limiter.engine.wall_ms())
         return d.allowed
 
     async def get_moving_window(self, key: str, limit: int, expiry: int) -> Tuple[float, int]:
-        known = _window.recall(self, key, limit, expiry, self.limiter.engine.wall_ms())
+        known = self._rejections.recall(key, limit, expiry, self.limiter.engine.wall_ms())
         if known is not None:
             return known
         d = await self.limiter.peek(self._xcloak_key(key), int(expiry * 1000), limit, oldest=True)
@@ -58,9 +58,13 @@ class AsyncMovingWindow:
         return d.oldest / 1000, limit - d.remaining
 
     async def clear(self, key: str) -> None:
-        _window.forget()
+        self._rejections.forget(key)
         await super().clear(key)  # type: ignore[misc]
         await self.limiter.reset(self._xcloak_key(key))
+
+    async def reset(self) -> Optional[int]:
+        self._rejections.forget()
+        return await super().reset()  # type: ignore[misc, no-any-return]
 
 
 class XcloakAsyncStorage(AsyncMovingWindow, RedisStorage):
@@ -74,6 +78,7 @@ class XcloakAsyncStorage(AsyncMovingWindow, RedisStorage):
         super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
         self._xcloak_prefix = key_prefix
         self.limiter = AsyncLimiter(self._bridge().storage, **config)
+        self._rejections = _window.Rejections()
 
 
 class XcloakAsyncClusterStorage(AsyncMovingWindow, RedisClusterStorage):
@@ -85,6 +90,7 @@ class XcloakAsyncClusterStorage(AsyncMovingWindow, RedisClusterStorage):
         super().__init__(redis_uri, implementation="redispy", key_prefix=key_prefix, **options)
         self._xcloak_prefix = key_prefix
         self.limiter = AsyncLimiter(self._bridge().storage, replica_reads=replica_reads, **config)
+        self._rejections = _window.Rejections()
 
 
 class XcloakAsyncSentinelStorage(AsyncMovingWindow, RedisSentinelStorage):
@@ -98,3 +104,4 @@ class XcloakAsyncSentinelStorage(AsyncMovingWindow, RedisSentinelStorage):
         bridge = self._bridge()
         self.limiter = AsyncLimiter(bridge.storage, replica=bridge.storage_replica if replica_reads else None,
                                     **config)
+        self._rejections = _window.Rejections()
