@@ -4,7 +4,8 @@
 #   - python3 and venv (Debian's python3-venv when ensurepip is missing),
 #     redis-server, redis-cli and redis-sentinel (Debian packages);
 #   - the pinned test dependencies (requirements-test.txt) into .venv here,
-#     git-ignored; a stamp of the pins makes a second run install nothing;
+#     git-ignored; a stamp of the pins makes a second run install nothing
+#     (venv.sh, shared with lint.sh);
 #   - then pytest tests/ (vectors, limiter, cluster, Sentinel, faults,
 #     limits storages, ASGI over uvicorn, Flask-Limiter over werkzeug), and
 #     limits 5.8.0's own moving-window suite on the xcloak storages
@@ -22,34 +23,9 @@ if [ ! -f "$XCLOAK_MODULE" ]; then
     exit 1
 fi
 
-apt_install() {
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    echo "clients/python: installing $* (apt)" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    $sudo apt-get update -qq
-    $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-}
-
-command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+# shellcheck source=venv.sh
+. "$here/venv.sh"
 "$repo/scripts/ensure-deps.sh" redis-sentinel >/dev/null
-
-exec 9>"$here/.deps.lock"
-flock 9
-venv=$here/.venv
-want=$(cat requirements-test.txt | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$want" ]; then
-    echo "clients/python: creating $venv (requirements-test.txt, from PyPI)" >&2
-    rm -rf "$venv"
-    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
-        rm -rf "$venv"
-        apt_install python3-venv
-        python3 -m venv "$venv"
-    fi
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir -r requirements-test.txt
-    echo "$want" >"$venv/.installed"
-fi
-flock -u 9
 
 # The package from this folder (src/), as the tests and limits' suite import it.
 export PYTHONPATH=$here/src${PYTHONPATH:+:$PYTHONPATH}

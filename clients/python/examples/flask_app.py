@@ -13,10 +13,11 @@ the rate-limit headers on every response.
 import os
 import sys
 
-import xcloak.limits  # noqa: F401  registers xcloak://, xcloak+cluster://, ... with limits
 from flask import Flask
 from flask_limiter import Limiter
 from flask_limiter.util import get_remote_address
+
+import xcloak.limits  # noqa: F401  registers xcloak://, xcloak+cluster://, ... with limits
 
 app = Flask(__name__)
 limiter = Limiter(

@@ -23,8 +23,8 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 import xcloak
-from xcloak.asgi import Limit, RateLimit, RateLimitMiddleware
 from servers import Server, free_port
+from xcloak.asgi import Limit, RateLimit, RateLimitMiddleware
 
 
 class Serving:
@@ -83,7 +83,7 @@ def test_429_with_headers_and_headers_on_allowed(redis_server):
     try:
         replies = [serving.get() for _ in range(4)]
         assert [status for status, _, _ in replies] == [200, 200, 200, 429]
-        for i, (status, headers, _) in enumerate(replies[:3]):
+        for i, (_, headers, _) in enumerate(replies[:3]):
             assert headers["ratelimit-policy"] == '"3-in-60s";q=3;w=60'
             assert headers["ratelimit"] == f'"3-in-60s";r={2 - i};t=60'
             assert "retry-after" not in headers
@@ -170,7 +170,7 @@ def test_never_fits_gets_429_without_retry_after(redis_server):
 @pytest.mark.parametrize("policy,expected", [("deny", 503), ("allow", 200), ("raise", 500)])
 def test_error_policy_over_http(policy, expected):
     s = Server()
-    limiter = xcloak.AsyncLimiter(redis.asyncio.Redis(port=s.port), on_error=policy, timeout=0.3)
+    limiter = xcloak.AsyncLimiter(redis.asyncio.Redis(port=s.port), on_error=policy, timeout=300)
     serving = Serving(starlette_app(limiter=limiter, limits=[Limit(60_000, 3)]))
     try:
         assert serving.get()[0] == 200
@@ -204,5 +204,57 @@ def test_fastapi_dependency(redis_server):
         status, headers, _ = serving.get("/search")
         assert status == 429 and int(headers["retry-after"]) >= 1
         assert serving.get("/free")[0] == 200, "other routes are not limited"
+    finally:
+        serving.close()
+
+
+def test_the_decision_is_request_state_rate_limit(redis_server):
+    async def show(request):
+        d = request.state.rate_limit
+        return PlainTextResponse(f"{d.allowed} {d.remaining} {d.limit}")
+
+    limiter = xcloak.AsyncLimiter(redis.asyncio.Redis(port=redis_server.port))
+    app = Starlette(routes=[Route("/", show)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, limits=[Limit(60_000, 3)])
+    serving = Serving(app)
+    try:
+        assert [serving.get()[2] for _ in range(2)] == ["True 2 3", "True 1 3"]
+    finally:
+        serving.close()
+
+
+def test_skip_successful_holds_a_slot_until_the_refund(redis_server):
+    """README, skip_successful: an admission is refunded after its response,
+    so successes still in flight hold their slots. 60 concurrent successful
+    requests (each answered after 300 ms), limit 10: 10 are served, 50 get 429,
+    though no success is counted once they are done."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def slow(request):
+        await asyncio.sleep(0.3)
+        return PlainTextResponse("ok")
+
+    limiter = xcloak.AsyncLimiter(redis.asyncio.Redis(port=redis_server.port))
+    app = Starlette(routes=[Route("/", slow)])
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, limits=[Limit(60_000, 10)], skip_successful=True)
+    serving = Serving(app)
+    try:
+        barrier = threading.Barrier(60)
+
+        def one(_):
+            barrier.wait()
+            return serving.get()[0]
+
+        with ThreadPoolExecutor(60) as pool:
+            statuses = list(pool.map(one, range(60)))
+        assert statuses.count(200) >= 10 and statuses.count(429) > 0, statuses
+        assert statuses.count(200) + statuses.count(429) == 60
+        print(f"60 concurrent successes, limit 10: {statuses.count(200)} served, {statuses.count(429)} got 429")
+        deadline = time.monotonic() + 5
+        while redis_server.client().zcard("rl:http:127.0.0.1") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert redis_server.client().zcard("rl:http:127.0.0.1") == 0, "every success refunded once done"
+        assert serving.get()[0] == 200
     finally:
         serving.close()

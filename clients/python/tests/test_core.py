@@ -15,10 +15,10 @@ from datetime import timedelta
 
 import pytest
 
+from vectors import steps
 from xcloak import acquire as plan
-from xcloak.decision import ERROR, Decision, combine, from_reply, to_dict, by_policy
+from xcloak.decision import ERROR, Decision, by_policy, combine, from_reply, to_dict
 from xcloak.headers import default_name, headers
-from vectors import steps, tiers_of
 
 WINDOW_STEPS = [s for s in steps("allow", "peek") if "decision" in s[2]]
 
@@ -30,7 +30,7 @@ def test_reply_to_decision_and_headers(case, index, step):
                           oldest=step.get("oldest", False))
     assert to_dict(decision) == step["decision"]
     if step.get("oldest"):
-        assert decision.oldest_ms == step["oldest_ms"]
+        assert decision.oldest == step["oldest_ms"]
     names = step.get("names")
     assert headers(decision, "ietf", names) == step["headers"]["ietf"]
     assert headers(decision, "legacy", names) == step["headers"]["legacy"]

@@ -43,9 +43,9 @@ def record(limiter):
     sent = []
     original = limiter._transport.exchange
 
-    def exchange(node, commands, deadline, held):
+    def exchange(node, commands, *rest):
         sent.extend([str(a) for a in c] for c in commands)
-        return original(node, commands, deadline, held)
+        return original(node, commands, *rest)
 
     limiter._transport.exchange = exchange
     return sent
@@ -54,7 +54,7 @@ def record(limiter):
 def test_wait_after_admissions_and_refunds_only(pair):
     primary, replica = pair
     primary.client().config_resetstat()
-    limiter = xcloak.Limiter(primary.client(), durable=xcloak.Durable(replicas=1, timeout_ms=2000))
+    limiter = xcloak.Limiter(primary.client(), durable=xcloak.Durable(replicas=1, timeout=2000))
     sent = record(limiter)
     decisions = [limiter.allow("d", 60000, 2, stamp=i == 1) for i in range(4)]
     assert [d.allowed for d in decisions] == [True, True, False, False]
@@ -76,7 +76,7 @@ def test_not_replicated_goes_to_the_policy_and_deny_refunds(pair, policy):
     primary, replica = pair
     key = f"lonely:{policy}"
     limiter = xcloak.Limiter(primary.client(), on_error=policy,
-                             durable=xcloak.Durable(replicas=1, timeout_ms=100))
+                             durable=xcloak.Durable(replicas=1, timeout=100))
     sent = record(limiter)
     primary.client().config_resetstat()
     replica.pause()
@@ -105,7 +105,7 @@ def test_async_waits_after_admissions_only(pair):
 
     async def main():
         client = redis.asyncio.Redis(port=primary.port)
-        limiter = xcloak.AsyncLimiter(client, durable=xcloak.Durable(replicas=1, timeout_ms=2000))
+        limiter = xcloak.AsyncLimiter(client, durable=xcloak.Durable(replicas=1, timeout=2000))
         decisions = [await limiter.allow("ad", 60000, 1) for _ in range(3)]
         assert [d.allowed for d in decisions] == [True, False, False]
         assert all(d.stamp is None for d in decisions)
@@ -123,7 +123,7 @@ def test_pipelines_are_refused_in_durable_mode(pair):
     durable mode that would be a plain success for an unreplicated admission,
     so pipeline() refuses, sync and asyncio (and works without durable mode)."""
     primary, _ = pair
-    durable = xcloak.Durable(replicas=1, timeout_ms=100)
+    durable = xcloak.Durable(replicas=1, timeout=100)
     with pytest.raises(xcloak.XcloakError, match="durable"):
         xcloak.Limiter(primary.client(), durable=durable).pipeline()
     assert xcloak.Limiter(primary.client()).pipeline() is not None
@@ -146,8 +146,8 @@ def test_wait_has_its_own_budget(pair):
     limiter's (docs/clients.md, Durable mode). Under deny the admission is
     then refunded; a timeout would have left it in the window."""
     primary, replica = pair
-    limiter = xcloak.Limiter(primary.client(), timeout=0.2, on_error="deny",
-                             durable=xcloak.Durable(replicas=1, timeout_ms=600))
+    limiter = xcloak.Limiter(primary.client(), timeout=200, on_error="deny",
+                             durable=xcloak.Durable(replicas=1, timeout=600))
     replica.pause()
     try:
         d = limiter.allow("budget", 60000, 5)

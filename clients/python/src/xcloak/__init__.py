@@ -6,6 +6,7 @@ and the bundled Lua scripts where it doesn't (per node, re-probed), and turn
 replies into :class:`Decision` values and HTTP headers. The contract they
 implement is docs/clients.md of the xcloak repository; ``xcloak.limits``
 plugs into limits (Flask-Limiter, slowapi) and ``xcloak.asgi`` into ASGI apps.
+Every duration is a :class:`datetime.timedelta` or an ``int`` of milliseconds.
 
     import redis, xcloak
     limiter = xcloak.Limiter(redis.Redis())
@@ -15,15 +16,17 @@ plugs into limits (Flask-Limiter, slowapi) and ``xcloak.asgi`` into ASGI apps.
 """
 
 from ._engine import Clock, Durable
-from .aio.limiter import AsyncLimiter
+from .aio.limiter import AsyncLimiter, AsyncPipeline
+from .commands import AllowAllRequest
 from .decision import COMMAND, ERROR, SCRIPT, Decision, MultiDecision, TierState
-from .errors import UnavailableError, XcloakError
+from .errors import NotReplicatedError, UnavailableError, XcloakError
 from .headers import default_name, headers
 from .limiter import Limiter, Pipeline
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncLimiter", "COMMAND", "Clock", "Decision", "Durable", "ERROR", "Limiter", "MultiDecision", "Pipeline",
-    "SCRIPT", "TierState", "UnavailableError", "XcloakError", "default_name", "headers", "__version__",
+    "AllowAllRequest", "AsyncLimiter", "AsyncPipeline", "COMMAND", "Clock", "Decision", "Durable", "ERROR",
+    "Limiter", "MultiDecision", "NotReplicatedError", "Pipeline", "SCRIPT", "TierState", "UnavailableError",
+    "XcloakError", "default_name", "headers",
 ]

@@ -22,22 +22,24 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple
 
 from redis import exceptions as rex
 
+from . import acquire as plan
 from . import commands as cmd
+from .commands import Duration, Tiers
 from .decision import COMMAND, SCRIPT, Decision, MultiDecision, by_policy, combine, from_reply
-from .errors import UnavailableError, XcloakError
+from .errors import NotReplicatedError, UnavailableError, XcloakError
 
 FALLBACKS = ("auto", "always", "never")
 POLICIES = ("raise", "allow", "deny")
 
 
 def _script(name: str) -> Tuple[str, str]:
-    text = resources.files(__package__).joinpath("lua", name).read_text(encoding="utf-8")
+    text = resources.files(__package__).joinpath("lua").joinpath(name).read_text(encoding="utf-8")
     return text, hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -45,6 +47,8 @@ ALLOW_LUA, ALLOW_SHA = _script("xcloak_allow.lua")
 PEEK_LUA, PEEK_SHA = _script("xcloak_peek.lua")
 REFUND_LUA, REFUND_SHA = _script("xcloak_refund.lua")
 SCRIPTS = {ALLOW_SHA: ALLOW_LUA, PEEK_SHA: PEEK_LUA, REFUND_SHA: REFUND_LUA}
+COMMAND_OF = {"allow": "XCLOAK.ALLOW", "peek": "XCLOAK.PEEK", "refund": "XCLOAK.REFUND"}
+SHA_OF = {"allow": ALLOW_SHA, "peek": PEEK_SHA, "refund": REFUND_SHA}
 
 # The replies of a server that can't serve now: the error policy's, not the caller's.
 OUTAGE_CODES = ("LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "NOREPLICAS", "OOM")
@@ -86,7 +90,7 @@ def refusal(error: rex.ResponseError) -> XcloakError:
     return XcloakError(text)
 
 
-def refuse_durable_pipeline(engine: "Engine") -> None:
+def refuse_durable_pipeline(engine: Engine) -> None:
     """A pipeline reports each admission with its reply; durable mode must
     WAIT first (docs/clients.md, Durable mode), so the two don't mix."""
     if engine.durable is not None:
@@ -101,22 +105,93 @@ def is_outage(error: BaseException) -> bool:
     return isinstance(error, (rex.ConnectionError, rex.TimeoutError, OSError, TimeoutError))
 
 
-@dataclass(frozen=True)
+def failure_of(error: BaseException) -> BaseException:
+    """A transport step's failure as the operation sees it: a server's error
+    reply as the package's (an outage code as UnavailableError), a connection
+    error or timeout as UnavailableError. Anything else (a wrong password, a
+    cancellation, a bug) is raised."""
+    if isinstance(error, rex.AuthenticationError):
+        raise XcloakError(server_text(error)) from error
+    if isinstance(error, rex.ResponseError):  # e.g. NOPERM on the handshake
+        return refusal(error)
+    if isinstance(error, (rex.RedisError, OSError)) and (is_outage(error)
+                                                        or isinstance(error, rex.RedisClusterException)):
+        failure = UnavailableError(f"xcloak: {type(error).__name__}: {error}", error)
+        failure.__cause__ = error
+        return failure
+    raise error
+
+
+class Direct:
+    """One ``allow`` or ``peek`` sent straight to a single server that the
+    module answers, outside durable mode: the hot path, without the
+    operation's generators. Both drivers use it the same way (the sync one
+    calls ``exchange``, the async one awaits it), then :meth:`decision` reads
+    the reply; ``None`` there means "unknown command" (nothing was applied), and
+    the call goes the whole way (:meth:`Engine.allow`), which takes the script."""
+
+    __slots__ = ("engine", "node", "commands", "window_ms", "limit", "tiered", "stamp", "oldest")
+
+    def __init__(self, engine: Engine, node: Any, commands: Tuple[Tuple[Any, ...], ...], window_ms: int,
+                 limit: int, tiered: bool, stamp: bool, oldest: bool) -> None:
+        self.engine = engine
+        self.node = node
+        self.commands = commands
+        self.window_ms = window_ms
+        self.limit = limit
+        self.tiered = tiered
+        self.stamp = stamp
+        self.oldest = oldest
+
+    def deadline(self) -> float:
+        return time.monotonic() + self.engine.timeout_s
+
+    def decision(self, reply: Any) -> Optional[Decision]:
+        if not isinstance(reply, rex.ResponseError):
+            return from_reply(reply, self.window_ms, self.tiered, stamp=self.stamp, oldest=self.oldest)
+        if is_unknown_command(reply):
+            if self.engine.fallback == "never":
+                raise XcloakError(server_text(reply))
+            self.engine._on_script(self.node.name)  # nothing was applied: the script answers
+            return None
+        refused = refusal(reply)
+        if isinstance(refused, UnavailableError):
+            return self.engine.policy(refused, self.window_ms, self.limit)
+        raise refused
+
+    def failed(self, error: BaseException) -> Decision:
+        failure = failure_of(error)
+        if isinstance(failure, UnavailableError):
+            return self.engine.policy(failure, self.window_ms, self.limit)
+        raise failure
+
+
 class Locate:
-    key: str
-    readonly: bool = False
+    """-> the node serving ``key`` (a replica when ``readonly`` and replica reads are on)."""
+
+    __slots__ = ("key", "readonly")
+
+    def __init__(self, key: str, readonly: bool = False) -> None:
+        self.key = key
+        self.readonly = readonly
 
 
-@dataclass(frozen=True)
 class Send:
-    node: Any
-    commands: Tuple[Tuple[Any, ...], ...]
-    hold: bool = False
+    """-> one reply per command, in order, sent pipelined on one connection to
+    ``node``; ``hold`` keeps that connection for the next Send (a WAIT)."""
+
+    __slots__ = ("node", "commands", "hold")
+
+    def __init__(self, node: Any, commands: Tuple[Tuple[Any, ...], ...], hold: bool = False) -> None:
+        self.node = node
+        self.commands = commands
+        self.hold = hold
 
 
-@dataclass(frozen=True)
 class Refresh:
-    pass
+    """-> re-reads a cluster's slot map (after MOVED)."""
+
+    __slots__ = ()
 
 
 @dataclass
@@ -127,21 +202,36 @@ class _NodeState:
     read_only_scripts: bool = True
 
 
-@dataclass
+@dataclass(frozen=True)
 class Durable:
-    """``durable=Durable(replicas=N, timeout_ms=T)``: an admission counts once N
-    replicas hold it (``WAIT N T`` on the same connection, after the call)."""
+    """``durable=Durable(replicas=N, timeout=T)``: an admission counts once N
+    replicas hold it (``WAIT N T`` on the same connection, after the call).
+    ``timeout`` is a :class:`datetime.timedelta` or an int of milliseconds
+    (default 100), the WAIT's own, after the call's (docs/clients.md)."""
 
     replicas: int
-    timeout_ms: int = 100
+    timeout: Duration = 100
+    timeout_ms: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        cmd.config_int(self.replicas, "Durable replicas", 1, 2**31 - 1)
+        # WAIT N 0 would block for ever: a timeout is at least 1 ms.
+        object.__setattr__(self, "timeout_ms", cmd.duration_ms(self.timeout, "Durable timeout", 1))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Clock:
-    """For tests and replays: ``now_ms()`` is sent as ``NOW``, ``sleep(ms)`` is acquire's."""
+    """For tests and replays: ``now_ms()`` (unix milliseconds) is sent as
+    ``NOW``, and ``sleep(ms)`` is acquire's (an ``AsyncLimiter`` awaits it when
+    it returns an awaitable)."""
 
     now_ms: Callable[[], int]
     sleep: Callable[[int], Any]
+
+    def __post_init__(self) -> None:
+        for name in ("now_ms", "sleep"):
+            if not callable(getattr(self, name)):
+                raise TypeError(f"Clock {name} must be callable, not {type(getattr(self, name)).__name__}")
 
 
 Op = Generator[Any, Any, Any]
@@ -158,27 +248,48 @@ class Entry:
     parse: Callable[[Any, str], Any]
 
 
-class Engine:
-    """The configuration and per-node state of one limiter; builds the operations."""
+#: The fields of an ``allow_all`` request: the required ones, then all.
+REQUEST_REQUIRED = ("key", "window", "limit")
+REQUEST_FIELDS = ("key", "window", "limit", "cost", "tiers")
 
-    def __init__(self, *, prefix: str, fallback: str, on_error: str, timeout: float, probe_interval: float,
+
+class Engine:
+    """The configuration and per-node state of one limiter; builds the operations.
+
+    Every option is checked here, when the limiter is built: a bad one raises
+    ``TypeError`` or ``ValueError`` naming it and its range, never at the first
+    call and never through the error policy."""
+
+    def __init__(self, *, prefix: str, fallback: str, on_error: str, timeout: Duration, probe_interval: Duration,
                  replica_reads: bool, durable: Optional[Durable], clock: Optional[Clock],
                  jitter_fraction: float, random: Callable[[], float]):
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
         if fallback not in FALLBACKS:
             raise ValueError(f"fallback must be one of {', '.join(FALLBACKS)} (got {fallback!r})")
         if on_error not in POLICIES:
             raise ValueError(f"on_error must be one of {', '.join(POLICIES)} (got {on_error!r})")
-        if not timeout or timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds (got {timeout!r})")
+        if not isinstance(replica_reads, bool):
+            raise TypeError(f"replica_reads must be a bool, not {type(replica_reads).__name__}")
+        if durable is not None and not isinstance(durable, Durable):
+            raise TypeError(f"durable must be xcloak.Durable(replicas, timeout) or None, not {type(durable).__name__}")
+        if clock is not None and not isinstance(clock, Clock):
+            raise TypeError(f"clock must be xcloak.Clock(now_ms, sleep) or None, not {type(clock).__name__}")
+        if isinstance(jitter_fraction, bool) or not isinstance(jitter_fraction, (int, float)) \
+                or not 0 <= jitter_fraction <= 1:
+            raise ValueError(f"jitter_fraction must be a number from 0 to 1 (got {jitter_fraction!r})")
+        if not callable(random):
+            raise TypeError(f"random must be callable (uniform in [0, 1)), not {type(random).__name__}")
         self.prefix = prefix
         self.fallback = fallback
         self.on_error = on_error
-        self.timeout = float(timeout)
-        self.probe_interval = float(probe_interval)
+        self.timeout_ms = cmd.duration_ms(timeout, "timeout", 1)
+        self.timeout_s = self.timeout_ms / 1000
+        self.probe_interval_ms = cmd.duration_ms(probe_interval, "probe_interval", 0)
         self.replica_reads = replica_reads
         self.durable = durable
         self.clock = clock
-        self.jitter_fraction = jitter_fraction
+        self.jitter_fraction = float(jitter_fraction)
         self.random = random
         self.nodes: Dict[str, _NodeState] = {}
 
@@ -186,7 +297,7 @@ class Engine:
         """Seconds a durable WAIT may take: its own timeout, then the
         limiter's for the reply to come back; the call before it had its own."""
         assert self.durable is not None
-        return self.durable.timeout_ms / 1000 + self.timeout
+        return (self.durable.timeout_ms + self.timeout_ms) / 1000
 
     # ------------------------------------------------------------ per node
 
@@ -200,7 +311,8 @@ class Engine:
         """``command`` or ``script``; a node on the script is probed with the
         command again once ``probe_interval`` has passed (a later MODULE LOAD)."""
         state = self._state(node_name)
-        if state.mode == SCRIPT and self.fallback == "auto" and time.monotonic() - state.since >= self.probe_interval:
+        if state.mode == SCRIPT and self.fallback == "auto" \
+                and (time.monotonic() - state.since) * 1000 >= self.probe_interval_ms:
             return COMMAND
         return state.mode
 
@@ -218,7 +330,8 @@ class Engine:
             return cmd.integer(now, "now")
         return self.clock.now_ms() if self.clock else None
 
-    def window_request(self, key: str, window, limit: int, cost: int, tiers, now: Optional[int]):
+    def window_request(self, key: str, window: Duration, limit: int, cost: int, tiers: Optional[Tiers],
+                       now: Optional[int]) -> Tuple[str, int, int, List[Tuple[int, int]], int, Optional[int]]:
         window_ms = cmd.to_ms(window, "window")
         limit = cmd.integer(limit, "limit")
         cost = cmd.integer(cost, "cost")
@@ -230,8 +343,8 @@ class Engine:
         """One ALLOW / PEEK / REFUND through the command or the script, on the
         key's node; returns ``(reply, via, node)``."""
         readonly = kind == "peek" and self.replica_reads
-        name = {"allow": "XCLOAK.ALLOW", "peek": "XCLOAK.PEEK", "refund": "XCLOAK.REFUND"}[kind]
-        sha = {"allow": ALLOW_SHA, "peek": PEEK_SHA, "refund": REFUND_SHA}[kind]
+        name = COMMAND_OF[kind]
+        sha = SHA_OF[kind]
         for _ in range(MAX_REDIRECTIONS):
             node = yield Locate(key, readonly)
             node_name = node.name
@@ -258,7 +371,7 @@ class Engine:
             return reply, SCRIPT, node
         raise UnavailableError(f"{key!r}: still redirected after {MAX_REDIRECTIONS} tries (the cluster is resharding)")
 
-    def _script(self, node, kind: str, sha: str, key: str, args: List[str]) -> Op:
+    def _script(self, node: Any, kind: str, sha: str, key: str, args: List[str]) -> Op:
         state = self._state(node.name)
         for _ in range(2):
             verb = "EVALSHA_RO" if kind == "peek" and state.read_only_scripts else "EVALSHA"
@@ -276,7 +389,22 @@ class Engine:
 
     # ------------------------------------------------------------ the API
 
-    def allow(self, key, window, limit, cost=1, tiers=None, stamp=False, now=None) -> Op:
+    def direct(self, kind: str, node: Any, key: str, window: Duration, limit: int, cost: int,
+               tiers: Optional[Tiers], now: Optional[int], flag: bool) -> Optional[Direct]:
+        """The hot path of ``allow`` (``flag``: stamp) or ``peek`` (``flag``:
+        oldest) when it applies: one server (``node``, None for a cluster),
+        answered by the module, not durable; else None."""
+        if node is None or self.durable is not None or self.mode_of(node.name) != COMMAND:
+            return None
+        key, window_ms, limit, tiers_ms, cost, now_ms = self.window_request(key, window, limit, cost, tiers, now)
+        if kind == "allow":
+            command = ("XCLOAK.ALLOW", key, *cmd.allow_args(window_ms, limit, tiers_ms, cost, now_ms, flag))
+            return Direct(self, node, (command,), window_ms, limit, bool(tiers_ms), flag, False)
+        command = ("XCLOAK.PEEK", key, *cmd.peek_args(window_ms, limit, tiers_ms, cost, now_ms, flag))
+        return Direct(self, node, (command,), window_ms, limit, bool(tiers_ms), False, flag)
+
+    def allow(self, key: str, window: Duration, limit: int, cost: int = 1, tiers: Optional[Tiers] = None,
+              stamp: bool = False, now: Optional[int] = None) -> Op:
         key, window_ms, limit, tiers_ms, cost, now_ms = self.window_request(key, window, limit, cost, tiers, now)
         # Durable mode always sends STAMP (the deny path refunds by it); the
         # decision shows it only if asked.
@@ -293,7 +421,7 @@ class Engine:
             decision = _without_stamp(decision)
         return decision
 
-    def _wait_replicated(self, node, key: str, decision: Decision, cost: int) -> Op:
+    def _wait_replicated(self, node: Any, key: str, decision: Decision, cost: int) -> Op:
         """``WAIT N timeout`` after an admission; fewer replicas: the policy's."""
         durable = self.durable
         assert durable is not None
@@ -301,7 +429,8 @@ class Engine:
         if isinstance(acked, rex.ResponseError):
             raise refusal(acked)
         if int(acked) < durable.replicas:
-            error = UnavailableError(f"not replicated: WAIT {durable.replicas} {durable.timeout_ms} answered {acked}")
+            cause = NotReplicatedError(durable.replicas, int(acked), durable.timeout_ms)
+            error = UnavailableError(f"xcloak: {cause}", cause)
             if self.on_error == "deny" and decision.stamp is not None:
                 try:  # a request turned away consumes nothing (best effort)
                     yield from self.call("refund", key, cmd.refund_args(decision.stamp, cost))
@@ -309,7 +438,8 @@ class Engine:
                     pass
             raise error
 
-    def peek(self, key, window, limit, cost=1, tiers=None, now=None, oldest=False) -> Op:
+    def peek(self, key: str, window: Duration, limit: int, cost: int = 1, tiers: Optional[Tiers] = None,
+             now: Optional[int] = None, oldest: bool = False) -> Op:
         key, window_ms, limit, tiers_ms, cost, now_ms = self.window_request(key, window, limit, cost, tiers, now)
         args = cmd.peek_args(window_ms, limit, tiers_ms, cost, now_ms, oldest)
         try:
@@ -318,7 +448,7 @@ class Engine:
             return self.policy(error, window_ms, limit)
         return from_reply(reply, window_ms, bool(tiers_ms), oldest=oldest, via=via)
 
-    def refund(self, key, stamp: int, cost: int = 1) -> Op:
+    def refund(self, key: str, stamp: int, cost: int = 1) -> Op:
         """How many entries it removed. An outage is raised (there is no
         decision to fail open or closed)."""
         args = cmd.refund_args(cmd.integer(stamp, "stamp"), cmd.integer(cost, "cost"))
@@ -330,7 +460,7 @@ class Engine:
                 raise refusal(acked)
         return int(reply)
 
-    def reset(self, key) -> Op:
+    def reset(self, key: str) -> Op:
         key = self.prefix + key
         for _ in range(MAX_REDIRECTIONS):
             node = yield Locate(key)
@@ -343,9 +473,10 @@ class Engine:
             return int(reply) == 1
         raise UnavailableError(f"{key!r}: still redirected after {MAX_REDIRECTIONS} tries")
 
-    def allow_all(self, requests: Sequence[dict], stamp: bool = False, now=None) -> Op:
+    def allow_all(self, requests: Sequence[Mapping[str, Any]], stamp: bool = False, now: Optional[int] = None) -> Op:
         """In order, each with STAMP; a rejection refunds the earlier ones by
         stamp and cost, in order, and sends nothing after it."""
+        check_requests(requests)
         now_ms = self.now_ms(now)
         decisions: List[Decision] = []
         admitted: List[Tuple[str, Decision, int]] = []
@@ -355,7 +486,7 @@ class Engine:
             for index, request in enumerate(requests):
                 key, window_ms, limit, tiers_ms, cost, _ = self.window_request(
                     request["key"], request["window"], request["limit"], request.get("cost", 1),
-                    request.get("tiers"), now_ms if now_ms is not None else None)
+                    request.get("tiers"), now_ms)
                 args = cmd.allow_args(window_ms, limit, tiers_ms, cost, now_ms, True)
                 reply, via, node = yield from self.call("allow", key, args)
                 decision = from_reply(reply, window_ms, bool(tiers_ms), stamp=True, via=via)
@@ -389,9 +520,10 @@ class Engine:
                                    rejected=result.rejected, binding_index=result.binding_index, via=result.via)
         return result
 
-    def _refund_all(self, admitted, best_effort: bool) -> Op:
+    def _refund_all(self, admitted: List[Tuple[str, Decision, int]], best_effort: bool) -> Op:
         for key, decision, cost in admitted:
             try:
+                assert decision.stamp is not None
                 yield from self.call("refund", key, cmd.refund_args(decision.stamp, cost))
             except (UnavailableError, XcloakError):
                 if not best_effort:
@@ -403,7 +535,42 @@ class Engine:
             raise error
         return by_policy(self.on_error == "allow", window_ms, limit, error)
 
+    # ------------------------------------------------------------ acquire
+
+    def wall_ms(self) -> int:
+        return self.clock.now_ms() if self.clock else int(time.time() * 1000)
+
+    def acquire(self, key: str, window: Duration, limit: int, cost: int, tiers: Optional[Tiers],
+                max_wait: Duration) -> Generator[Tuple[str, Any], Any, Decision]:
+        """acquire's loop (docs/clients.md, "acquire"): yields ``("allow", ())``
+        for one ``allow`` call (its Decision sent back) and ``("sleep", ms)``;
+        returns the last Decision."""
+        max_wait_ms = cmd.to_ms(max_wait, "max_wait")
+        if not 0 <= max_wait_ms <= cmd.MAX_MS:
+            raise XcloakError(f"max_wait must be from 0 to {cmd.MAX_MS} milliseconds (got {max_wait!r})")
+        deadline = self.wall_ms() + max_wait_ms
+        while True:
+            decision: Decision = yield "allow", ()
+            _, sleep_ms = plan.next_step(decision, deadline - self.wall_ms(), self.jitter_fraction, self.random)
+            if sleep_ms is None:
+                return decision
+            yield "sleep", sleep_ms
+
     # ------------------------------------------------------------ pipelines
+
+    def pipeline_results(self, results: Sequence[Any], policy_args: Sequence[Optional[Tuple[int, int]]]) -> List[Any]:
+        """A pipeline's results, in order: an argument error raised, an outage
+        to the policy (raised where there is no decision to make)."""
+        out = []
+        for result, args in zip(results, policy_args):
+            if isinstance(result, UnavailableError):
+                if args is None or self.on_error == "raise":
+                    raise result
+                result = self.policy(result, *args)
+            elif isinstance(result, XcloakError):
+                raise result
+            out.append(result)
+        return out
 
     def pipeline(self, entries: Sequence[Entry]) -> Op:
         """Every entry in one round trip per node; entries answered "unknown
@@ -430,12 +597,13 @@ class Engine:
             results[i] = UnavailableError(f"{entries[i].key!r}: still redirected (the cluster is resharding)")
         return results
 
-    def _pipeline_node(self, node, entries, indexes, results, redirected) -> Op:
-        names = {"allow": "XCLOAK.ALLOW", "peek": "XCLOAK.PEEK", "refund": "XCLOAK.REFUND"}
-        shas = {"allow": ALLOW_SHA, "peek": PEEK_SHA, "refund": REFUND_SHA}
+    def _pipeline_node(self, node: Any, entries: Sequence[Entry], indexes: List[int], results: List[Any],
+                       redirected: List[int]) -> Op:
+        names, shas = COMMAND_OF, SHA_OF
         mode = self.mode_of(node.name)
         scripted: List[int] = []
-        commands, sent = [], []
+        commands: List[Tuple[str, ...]] = []
+        sent: List[int] = []
         for i in indexes:
             e = entries[i]
             if e.kind == "reset":
@@ -478,13 +646,32 @@ class Engine:
             scripted = missing
 
     @staticmethod
-    def _result(entry: Entry, reply, via: str):
+    def _result(entry: Entry, reply: Any, via: str) -> Any:
         if isinstance(reply, rex.ResponseError):
             return refusal(reply)
         return entry.parse(reply, via)
 
 
 def _without_stamp(decision: Decision) -> Decision:
-    from dataclasses import replace
-
     return replace(decision, stamp=None)
+
+
+def check_requests(requests: Sequence[Mapping[str, Any]]) -> None:
+    """allow_all's requests: mappings with the known fields only (a misspelled
+    ``teirs`` or ``cots`` is refused, never ignored), before anything is sent."""
+    if isinstance(requests, (str, bytes)) or not isinstance(requests, Sequence):
+        raise XcloakError(f"allow_all requests must be a list of mappings, not {type(requests).__name__}")
+    if not requests:
+        raise XcloakError("allow_all needs at least one request")
+    for index, request in enumerate(requests):
+        if not isinstance(request, Mapping):
+            raise XcloakError(f"allow_all request {index} must be a mapping with the fields "
+                              f"{', '.join(REQUEST_FIELDS)}, not {type(request).__name__}")
+        unknown = [name for name in request if name not in REQUEST_FIELDS]
+        if unknown:
+            raise XcloakError(f"allow_all request {index} has unknown field(s) {', '.join(map(repr, unknown))} "
+                              f"(the fields are {', '.join(REQUEST_FIELDS)})")
+        missing = [name for name in REQUEST_REQUIRED if name not in request]
+        if missing:
+            raise XcloakError(f"allow_all request {index} lacks {', '.join(missing)} "
+                              f"(required: {', '.join(REQUEST_REQUIRED)})")

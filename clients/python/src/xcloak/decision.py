@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 #: Who decided: the module, the bundled Lua script, or the error policy.
 COMMAND, SCRIPT, ERROR = "command", "script", "error"
@@ -62,7 +62,7 @@ class Decision:
     error: Optional[BaseException] = field(default=None, compare=False)
     #: ``peek(..., oldest=True)``: the stamp (unix ms) of the oldest entry live
     #: in the binding tier's window, ``None`` if it holds none or not asked.
-    oldest_ms: Optional[int] = None
+    oldest: Optional[int] = None
 
     @property
     def cost_exceeds_limit(self) -> bool:
@@ -142,7 +142,7 @@ def from_reply(reply: Any, window_ms: int, tiered: bool, stamp: bool = False, ol
         window_ms=binding_window, tier=binding, tiers=per_tier,
         stamp=last if stamp and last is not None and last >= 0 else None,
         via=via,
-        oldest_ms=last if oldest and last is not None and last >= 0 else None,
+        oldest=last if oldest and last is not None and last >= 0 else None,
     )
 
 
@@ -162,7 +162,7 @@ def combine(decisions: Sequence[Decision], rejected: Optional[int]) -> MultiDeci
                          binding_index=binding, via=decisions[binding].via)
 
 
-def to_dict(decision: Decision) -> dict:
+def to_dict(decision: Decision) -> Dict[str, Any]:
     """The vectors' shape of a Decision (``via`` and ``error`` left out)."""
     return {
         "allowed": decision.allowed, "limit": decision.limit, "remaining": decision.remaining,

@@ -33,3 +33,15 @@ class UnavailableError(XcloakError):
     def __init__(self, message: str, cause: Optional[BaseException] = None) -> None:
         super().__init__(message)
         self.cause = cause
+
+
+class NotReplicatedError(XcloakError):
+    """Durable mode: ``WAIT`` answered fewer replicas than asked within its
+    timeout. It is the :attr:`UnavailableError.cause` of the outage the error
+    policy answers (``Decision.error.cause`` under ``allow`` and ``deny``)."""
+
+    def __init__(self, replicas: int, acknowledged: int, timeout_ms: int) -> None:
+        super().__init__(f"not replicated: WAIT {replicas} {timeout_ms} answered {acknowledged}")
+        self.replicas = replicas
+        self.acknowledged = acknowledged
+

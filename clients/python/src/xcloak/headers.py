@@ -11,7 +11,7 @@ A rejection with a wait adds ``Retry-After``. Seconds always round up.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from .decision import ERROR, Decision, MultiDecision, tier_rows
 
@@ -33,7 +33,7 @@ def default_name(window_ms: int, limit: int) -> str:
 def headers(
     decision: Union[Decision, MultiDecision],
     style: str = "ietf",
-    names: Optional[Sequence] = None,
+    names: Optional[Sequence[Any]] = None,
 ) -> Dict[str, str]:
     """The header fields of ``decision``: ``names`` is one policy name per tier
     (for a :class:`MultiDecision`, one list per request sent). A decision of
