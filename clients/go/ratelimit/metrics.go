@@ -149,12 +149,24 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 // reference's statsd mapping (the levels past the second stay in key2).
 func labels(statsKey string) string {
 	parts := strings.SplitN(statsKey, ".", 3)
-	out := fmt.Sprintf("domain=%q", parts[0])
+	out := "domain=" + labelValue(parts[0])
 	if len(parts) > 1 {
-		out += fmt.Sprintf(",key1=%q", parts[1])
+		out += ",key1=" + labelValue(parts[1])
 	}
 	if len(parts) > 2 {
-		out += fmt.Sprintf(",key2=%q", parts[2])
+		out += ",key2=" + labelValue(parts[2])
 	}
 	return out
+}
+
+// labelEscaper escapes a label value as the Prometheus text format does:
+// only backslash, double quote and line feed. Go's %q is not that format
+// (it writes \t, \x01, \u00a0...), and a scraper refuses the whole page at
+// the first escape it does not know, so one descriptor value from a request
+// header would have hidden every counter.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// labelValue quotes v as a Prometheus label value (valid UTF-8).
+func labelValue(v string) string {
+	return `"` + labelEscaper.Replace(strings.ToValidUTF8(v, "\uFFFD")) + `"`
 }
