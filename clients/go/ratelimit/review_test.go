@@ -1,0 +1,52 @@
+package ratelimit_test
+
+import (
+	"testing"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/xcloak/xcloak/clients/go/internal/testserver"
+)
+
+func headerMap(r *pb.RateLimitResponse) map[string]string {
+	out := map[string]string{}
+	for _, h := range r.ResponseHeadersToAdd {
+		out[h.Key] = h.Value
+	}
+	return out
+}
+
+// A response answered OK carries no Retry-After: Envoy adds the response's
+// headers to a request it lets through, and a client told to retry after a
+// minute on a 200 backs off for nothing. A descriptor over its limit in
+// shadow_mode, or any rejection under SHADOW_MODE, is answered OK. Fails
+// when Retry-After follows the binding decision rather than the answer.
+func TestNoRetryAfterOnAnOKAnswer(t *testing.T) {
+	redisServer := testserver.Start(t, testserver.Config{})
+	shadowConfig := `
+domain: rl
+descriptors:
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: enforced
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+	s := start(t, redisServer.Addr(), map[string]string{"rl.yaml": shadowConfig},
+		map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true"})
+	s.call("rl", d("shadowed=a"))
+	r := s.call("rl", d("shadowed=a"))
+	h := headerMap(r)
+	if r.OverallCode != pb.RateLimitResponse_OK || h["RateLimit-Remaining"] != "0" || h["Retry-After"] != "" {
+		t.Fatalf("shadow_mode over its limit: %v %v", r.OverallCode, h)
+	}
+
+	global := start(t, redisServer.Addr(), map[string]string{"rl.yaml": shadowConfig},
+		map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "SHADOW_MODE": "true", "CACHE_KEY_PREFIX": "g:"})
+	global.call("rl", d("enforced=a"))
+	r = global.call("rl", d("enforced=a"))
+	h = headerMap(r)
+	if r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].Code != pb.RateLimitResponse_OVER_LIMIT || h["Retry-After"] != "" {
+		t.Fatalf("SHADOW_MODE, over the limit: %v %v %v", r.OverallCode, r.Statuses[0].Code, h)
+	}
+}
