@@ -50,3 +50,28 @@ descriptors:
 		t.Fatalf("SHADOW_MODE, over the limit: %v %v %v", r.OverallCode, r.Statuses[0].Code, h)
 	}
 }
+
+// The reference looks a request's domain up before its limit override: in
+// a domain no file configures, the override is ignored and the descriptor is
+// answered OK without a limit (checked against envoyproxy/ratelimit at
+// 3fb7025: two calls with an override of 1 per minute in an unknown domain,
+// both OK, no current_limit). Fails when the override is applied there.
+func TestOverrideInAnUnknownDomainIsIgnored(t *testing.T) {
+	redisServer := testserver.Start(t, testserver.Config{})
+	s := start(t, redisServer.Addr(), map[string]string{"rl.yaml": "domain: rl\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"}, nil)
+	override := func() *rlsCommonDescriptor {
+		desc := d("user=o")
+		desc.Limit = &rlsCommonOverride{RequestsPerUnit: 1, Unit: rlsCommonUnitMinute}
+		return desc
+	}
+	for i := 0; i < 2; i++ {
+		r := s.call("unknown", override())
+		if r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].CurrentLimit != nil {
+			t.Fatalf("call %d in an unknown domain: %v", i+1, r)
+		}
+	}
+	s.call("rl", override())
+	if r := s.call("rl", override()); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+		t.Fatalf("the second call over the override in a configured domain: %v", r)
+	}
+}

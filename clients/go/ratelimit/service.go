@@ -239,7 +239,7 @@ func (s *Service) match(cfg *config.Config, req *pb.RateLimitRequest) ([]item, e
 		if it.hits > maxCost {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend must be from 0 to %d (got %d)", i, maxCost, it.hits)
 		}
-		if o := d.GetLimit(); o != nil {
+		if o := d.GetLimit(); o != nil && cfg.HasDomain(req.Domain) {
 			unit := pb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 			if config.UnitWindow(unit) == 0 {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: the limit override's unit must be SECOND to YEAR (got %v)", i, o.GetUnit())

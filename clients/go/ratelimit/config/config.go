@@ -184,6 +184,10 @@ func (c *Config) Domains() []string {
 	return out
 }
 
+// HasDomain reports whether domain is configured. The reference applies a
+// request's own limit override only in a configured domain.
+func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
+
 type loader struct {
 	file   string
 	opt    Options
