@@ -130,27 +130,56 @@ type Options struct {
 	MaxLimit uint32
 }
 
-// LoadDir reads every *.yaml and *.yml file of dir (not those whose name
-// starts with a dot), in name order.
+// LoadDir reads the configuration files of dir (ReadDir) and parses them.
 func LoadDir(dir string, opt Options) (*Config, error) {
-	entries, err := os.ReadDir(dir)
+	files, err := ReadDir(dir)
 	if err != nil {
-		return nil, &Error{File: dir, Reason: err.Error()}
-	}
-	files := map[string][]byte{}
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-			continue
-		}
-		path := filepath.Join(dir, name)
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, &Error{File: path, Reason: err.Error()}
-		}
-		files[path] = data
+		return nil, err
 	}
 	return Parse(files, opt)
+}
+
+// ReadDir reads every file under dir, whatever its name, and in its
+// subdirectories, as the reference's runtime loader does (a ConfigMap key
+// named "ratelimit" or "rules.conf" is a configuration file there too);
+// names starting with a dot are skipped, files and directories (a
+// ConfigMap's ..data, an editor's .swp, an atomic write's temporary file),
+// as the reference does with RUNTIME_IGNOREDOTFILES=true. A symbolic link is
+// followed to a file, not to a directory. The map is path -> content.
+func ReadDir(dir string) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(path string, e os.DirEntry, err error) error {
+		if err != nil {
+			return &Error{File: path, Reason: err.Error()}
+		}
+		if path == dir {
+			return nil
+		}
+		if strings.HasPrefix(e.Name(), ".") {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			return nil
+		}
+		if e.Type()&os.ModeSymlink != 0 {
+			if info, err := os.Stat(path); err == nil && info.IsDir() {
+				return nil
+			}
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return &Error{File: path, Reason: err.Error()}
+		}
+		files[path] = data
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return files, nil
 }
 
 // Parse loads files (name -> content) in name order.
