@@ -21,10 +21,25 @@ type Counters struct {
 	ShadowMode  atomic.Uint64
 }
 
+// DefaultMaxStatsKeys bounds the limits' counters (XCLOAK_MAX_STATS_KEYS).
+const DefaultMaxStatsKeys = 10_000
+
+// OverflowKey is the last level of the stats key that counts, per domain,
+// the limits past MaxKeys.
+const OverflowKey = "xcloak_stats_overflow"
+
 // Metrics holds every counter of the service.
 type Metrics struct {
 	mu     sync.RWMutex
 	limits map[string]*Counters
+	// MaxKeys bounds the stats keys kept (set before the first use; 0:
+	// DefaultMaxStatsKeys). A key is made of request values with
+	// detailed_metric, value_to_metric or a limit override (a user, an IP,
+	// a path), so without a bound the counters and /metrics grow with
+	// every value ever seen. Past the bound, a new key's counts go to its
+	// domain's "<domain>.xcloak_stats_overflow", and StatsOverflow counts
+	// the lookups sent there.
+	MaxKeys int
 
 	ConfigLoadSuccess atomic.Uint64
 	ConfigLoadError   atomic.Uint64
@@ -35,6 +50,8 @@ type Metrics struct {
 	// without Redis.
 	Calls     atomic.Uint64
 	Unlimited atomic.Uint64
+	// StatsOverflow counts the lookups of a new stats key past MaxKeys.
+	StatsOverflow atomic.Uint64
 }
 
 // NewMetrics returns empty metrics.
@@ -50,10 +67,24 @@ func (m *Metrics) Limit(statsKey string) *Counters {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c = m.limits[statsKey]; c == nil {
-		c = &Counters{}
-		m.limits[statsKey] = c
+	if c = m.limits[statsKey]; c != nil {
+		return c
 	}
+	maxKeys := m.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxStatsKeys
+	}
+	if len(m.limits) >= maxKeys {
+		m.StatsOverflow.Add(1)
+		domain, _, _ := strings.Cut(statsKey, ".")
+		statsKey = domain + "." + OverflowKey
+		if c = m.limits[statsKey]; c != nil {
+			return c
+		}
+		// One overflow key per configured domain, past the bound.
+	}
+	c = &Counters{}
+	m.limits[statsKey] = c
 	return c
 }
 
@@ -139,6 +170,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 		{"ratelimit_service_global_shadow_mode", &m.GlobalShadowMode},
 		{"ratelimit_service_calls", &m.Calls},
 		{"ratelimit_service_unlimited", &m.Unlimited},
+		{"ratelimit_service_stats_overflow", &m.StatsOverflow},
 	}
 	for _, s := range service {
 		fmt.Fprintf(w, "# TYPE %s counter\n%s %d\n", s.name, s.name, s.v.Load())

@@ -30,3 +30,31 @@ func TestPrometheusLabelValuesEscapeOnlyWhatTheFormatKnows(t *testing.T) {
 		}
 	}
 }
+
+// detailed_metric, value_to_metric and limit overrides name a counter after
+// request values (a user, an IP): without a bound, memory and /metrics grow
+// with every value ever seen. Past MaxKeys a new key's counts go to its
+// domain's overflow key, and the totals stay whole. Fails when every key
+// gets counters of its own.
+func TestStatsKeysAreBounded(t *testing.T) {
+	m := NewMetrics()
+	m.MaxKeys = 3
+	for i := 0; i < 1000; i++ {
+		m.Limit("rl.user_" + string(rune('a'+i%26)) + string(rune('a'+i/26))).TotalHits.Add(1)
+	}
+	m.Limit("rl.user_aa").TotalHits.Add(1) // kept before the bound: its own
+	var out strings.Builder
+	m.WritePrometheus(&out)
+	if n := strings.Count(out.String(), "ratelimit_service_rate_limit_total_hits{"); n != 4 {
+		t.Fatalf("%d series of total_hits, want 3 and the overflow:\n%s", n, out.String())
+	}
+	if total, _, _, _, _ := m.Snapshot("rl." + OverflowKey); total != 997 {
+		t.Fatalf("overflow total_hits %d, want 997", total)
+	}
+	if total, _, _, _, _ := m.Snapshot("rl.user_aa"); total != 2 {
+		t.Fatalf("rl.user_aa total_hits %d, want 2", total)
+	}
+	if got := m.StatsOverflow.Load(); got != 997 {
+		t.Fatalf("stats_overflow %d, want 997", got)
+	}
+}

@@ -54,6 +54,7 @@ func NewServer(s *Settings, rdb redis.UniversalClient, log *slog.Logger) (*Serve
 		return nil, &SettingError{"-config", "no configuration directory: pass -config DIR or set RUNTIME_ROOT (and RUNTIME_SUBDIRECTORY)"}
 	}
 	metrics := NewMetrics()
+	metrics.MaxKeys = s.MaxStatsKeys
 	limiter, err := xcloak.NewLimiter(rdb, s.LimiterOptions())
 	if err != nil {
 		return nil, err

@@ -52,6 +52,8 @@ type Settings struct {
 	Durable  *xcloak.Durable
 
 	LogLevel, LogFormat string
+	// MaxStatsKeys bounds the limits' counters (XCLOAK_MAX_STATS_KEYS).
+	MaxStatsKeys int
 
 	// Ignored lists the reference's variables set in the environment that
 	// this service does not honour (said at startup).
@@ -166,6 +168,7 @@ func LoadSettings(getenv func(string) string) (*Settings, error) {
 		ResetName:     env("LIMIT_RESET_HEADER", "RateLimit-Reset"),
 	}
 	s.Timeout = duration("XCLOAK_TIMEOUT", time.Second)
+	s.MaxStatsKeys = integer("XCLOAK_MAX_STATS_KEYS", DefaultMaxStatsKeys, 1, 10_000_000)
 	s.LogLevel = strings.ToLower(env("LOG_LEVEL", "warn"))
 	s.LogFormat = strings.ToLower(env("LOG_FORMAT", "text"))
 	if err != nil {
