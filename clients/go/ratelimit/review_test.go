@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/xcloak/xcloak/clients/go/internal/testserver"
 )
@@ -73,5 +74,31 @@ func TestOverrideInAnUnknownDomainIsIgnored(t *testing.T) {
 	s.call("rl", override())
 	if r := s.call("rl", override()); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
 		t.Fatalf("the second call over the override in a configured domain: %v", r)
+	}
+}
+
+// The same entries sent with a limit override and without (another route,
+// the configured limit) are two windows of different lengths: sharing one
+// sorted set, the shorter window's trimming drops the longer one's entries
+// and the override admits more than its limit. Here the configured call
+// (1 per minute) must not count against the override (5 per hour), nor the
+// override against the configured limit. Fails when both use one key.
+func TestOverrideAndConfiguredLimitKeepSeparateWindows(t *testing.T) {
+	for name, redisServer := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			s := start(t, redisServer.Addr(), map[string]string{"rl.yaml": "domain: rl\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"}, nil)
+			if r := s.call("rl", d("user=w")); r.OverallCode != pb.RateLimitResponse_OK {
+				t.Fatalf("configured limit, first call: %v", r)
+			}
+			hourly := d("user=w")
+			hourly.Limit = &rlsCommonOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_HOUR}
+			r := s.call("rl", hourly)
+			if r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 4 {
+				t.Fatalf("override, first call: want OK with 4 remaining, got %v", r)
+			}
+			if r := s.call("rl", d("user=w")); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("configured limit, second call: want OVER_LIMIT, got %v", r)
+			}
+		})
 	}
 }

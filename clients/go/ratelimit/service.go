@@ -257,7 +257,7 @@ func (s *Service) match(cfg *config.Config, req *pb.RateLimitRequest) ([]item, e
 				}
 			}
 			it.limit = &config.Limit{StatsKey: config.StatsKey(req.Domain, entries), RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Multiplier: multiplier}
-			it.key = config.OverrideKey(req.Domain, entries)
+			it.key = config.OverrideKey(req.Domain, entries, it.limit.Window())
 		} else if m := cfg.Find(req.Domain, entries); m != nil {
 			it.limit, it.key = m.Limit, m.Key
 		}

@@ -562,13 +562,18 @@ func (c *Config) Find(domain string, entries []Entry) *Match {
 	return &Match{Limit: found, Key: key}
 }
 
-// OverrideKey is the window of a descriptor that carries its own limit.
-func OverrideKey(domain string, entries []Entry) string {
+// OverrideKey is the window of a descriptor that carries its own limit of
+// the given window length. The length is part of the key: the same entries
+// may be sent with an override on one route and without (the configured
+// limit, under Find's key) on another, or with overrides of other units, and
+// one sorted set decided with two window lengths loses the longer window's
+// entries to the shorter one's trimming.
+func OverrideKey(domain string, entries []Entry, window time.Duration) string {
 	key := domain
 	for _, e := range entries {
 		key += "_" + e.Key + "_" + e.Value
 	}
-	return key
+	return key + "_override_" + strconv.FormatInt(window.Milliseconds(), 10)
 }
 
 // StatsKey is the counters' key of a descriptor with its own limit.
