@@ -546,6 +546,21 @@ func (c *Config) Find(domain string, entries []Entry) *Match {
 		return nil
 	}
 	switch {
+	case found.DetailedMetric && anyShared(shared):
+		// share_threshold keeps its wildcard in the detailed key too, as
+		// the reference does: one counter for the values that share a window.
+		key := domain
+		for i, e := range entries {
+			switch {
+			case shared[i] != "":
+				key += "." + e.Key + "_" + shared[i]
+			case e.Value != "":
+				key += "." + e.Key + "_" + e.Value
+			default:
+				key += "." + e.Key
+			}
+		}
+		found.StatsKey = key
 	case found.DetailedMetric:
 		found.StatsKey = detailed
 	default:
@@ -560,6 +575,15 @@ func (c *Config) Find(domain string, entries []Entry) *Match {
 		}
 	}
 	return &Match{Limit: found, Key: key}
+}
+
+func anyShared(shared []string) bool {
+	for _, p := range shared {
+		if p != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // OverrideKey is the window of a descriptor that carries its own limit of

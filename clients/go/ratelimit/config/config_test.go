@@ -47,3 +47,34 @@ func TestLoadDirReadsEveryFileAsTheReference(t *testing.T) {
 		t.Fatalf("domains %s, want %s (files %v)", got, want, c.Files)
 	}
 }
+
+// detailed_metric names the counter after the request's values, except for
+// an entry matched by a share_threshold wildcard: the values sharing one
+// window share one counter, named after the wildcard (the reference's
+// GetLimit, shareThresholdMetricKey). Fails when the detailed key writes the
+// value there, which also makes a counter per value.
+func TestDetailedMetricKeepsTheSharedWildcard(t *testing.T) {
+	c, err := Parse(map[string][]byte{"a.yaml": []byte(`
+domain: d
+descriptors:
+  - key: path
+    value: "files*"
+    share_threshold: true
+    descriptors:
+      - key: user
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+`)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, value := range []string{"files/a", "files/b"} {
+		m := c.Find("d", []Entry{{"path", value}, {"user", "u1"}})
+		if m == nil {
+			t.Fatalf("%s: no match", value)
+		}
+		if m.Limit.StatsKey != "d.path_files*.user_u1" || m.Key != "d_path_files*_user_u1" {
+			t.Fatalf("%s: stats key %q, window %q; want d.path_files*.user_u1 and d_path_files*_user_u1", value, m.Limit.StatsKey, m.Key)
+		}
+	}
+}
