@@ -134,12 +134,19 @@ func (c *Counters) record(hits, before, limit uint64, over, shadow bool, nearRat
 
 // WritePrometheus writes every counter in the Prometheus text format.
 func (m *Metrics) WritePrometheus(w io.Writer) {
+	// Stats keys deeper than domain.key1.key2 share the series of their
+	// first three levels, as in the reference's mapping: their counts add up.
+	series := map[string][]*Counters{}
 	m.mu.RLock()
-	keys := make([]string, 0, len(m.limits))
-	for k := range m.limits {
-		keys = append(keys, k)
+	for k, c := range m.limits {
+		l := labels(k)
+		series[l] = append(series[l], c)
 	}
 	m.mu.RUnlock()
+	keys := make([]string, 0, len(series))
+	for l := range series {
+		keys = append(keys, l)
+	}
 	sort.Strings(keys)
 	type counter struct {
 		name string
@@ -155,8 +162,12 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	for _, ct := range counters {
 		name := "ratelimit_service_rate_limit_" + ct.name
 		fmt.Fprintf(w, "# TYPE %s counter\n", name)
-		for _, k := range keys {
-			fmt.Fprintf(w, "%s{%s} %d\n", name, labels(k), ct.get(m.Limit(k)))
+		for _, l := range keys {
+			sum := uint64(0)
+			for _, c := range series[l] {
+				sum += ct.get(c)
+			}
+			fmt.Fprintf(w, "%s{%s} %d\n", name, l, sum)
 		}
 	}
 	service := []struct {
@@ -178,9 +189,10 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 }
 
 // labels splits a stats key "domain.key1.key2[.more]" into the labels of the
-// reference's statsd mapping (the levels past the second stay in key2).
+// reference's default statsd mapping (src/stats/prom/default_mapper.yaml:
+// its regex drops the levels past key2).
 func labels(statsKey string) string {
-	parts := strings.SplitN(statsKey, ".", 3)
+	parts := strings.SplitN(statsKey, ".", 4)
 	out := "domain=" + labelValue(parts[0])
 	if len(parts) > 1 {
 		out += ",key1=" + labelValue(parts[1])

@@ -58,3 +58,28 @@ func TestStatsKeysAreBounded(t *testing.T) {
 		t.Fatalf("stats_overflow %d, want 997", got)
 	}
 }
+
+// The reference's default statsd mapping (default_mapper.yaml) keeps three
+// levels: domain, key1, key2; deeper levels are dropped and their counts add
+// up in that series (side by side, its rate_limit.cmp.a.b_x.c counts under
+// {domain="cmp",key1="a",key2="b_x"}). Dashboards written for it select on
+// those labels. Fails when the deeper levels stay in key2.
+func TestDeepStatsKeysShareTheReferenceSeries(t *testing.T) {
+	m := NewMetrics()
+	m.Limit("cmp.a.b_x.c_1").TotalHits.Add(2)
+	m.Limit("cmp.a.b_x.c_2").TotalHits.Add(3)
+	m.Limit("cmp.a.b_y").TotalHits.Add(1)
+	var out strings.Builder
+	m.WritePrometheus(&out)
+	for _, want := range []string{
+		"ratelimit_service_rate_limit_total_hits{domain=\"cmp\",key1=\"a\",key2=\"b_x\"} 5\n",
+		"ratelimit_service_rate_limit_total_hits{domain=\"cmp\",key1=\"a\",key2=\"b_y\"} 1\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("want %q in\n%s", want, out.String())
+		}
+	}
+	if n := strings.Count(out.String(), "ratelimit_service_rate_limit_total_hits{"); n != 2 {
+		t.Fatalf("%d total_hits series, want 2:\n%s", n, out.String())
+	}
+}
