@@ -147,6 +147,11 @@ func LoadDir(dir string, opt Options) (*Config, error) {
 // as the reference does with RUNTIME_IGNOREDOTFILES=true. A symbolic link is
 // followed to a file, not to a directory. The map is path -> content.
 func ReadDir(dir string) (map[string][]byte, error) {
+	if info, err := os.Stat(dir); err != nil {
+		return nil, &Error{File: dir, Reason: err.Error()}
+	} else if !info.IsDir() {
+		return nil, &Error{File: dir, Reason: "not a directory: the configuration is the directory of files"}
+	}
 	files := map[string][]byte{}
 	err := filepath.WalkDir(dir, func(path string, e os.DirEntry, err error) error {
 		if err != nil {

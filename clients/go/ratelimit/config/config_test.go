@@ -78,3 +78,19 @@ descriptors:
 		}
 	}
 }
+
+// The configuration is a directory: a file or a missing path given for it
+// is refused with its name, never read as an empty configuration (which
+// would serve no limit at all). Fails when a file passes as a directory.
+func TestLoadDirRefusesWhatIsNotADirectory(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a.yaml")
+	if err := os.WriteFile(file, []byte("domain: d\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{file, filepath.Join(t.TempDir(), "missing")} {
+		_, err := LoadDir(path, Options{})
+		if e, ok := err.(*Error); !ok || e.File != path {
+			t.Fatalf("LoadDir(%s): got %v, want an *Error naming it", path, err)
+		}
+	}
+}
