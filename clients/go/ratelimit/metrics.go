@@ -21,10 +21,25 @@ type Counters struct {
 	ShadowMode  atomic.Uint64
 }
 
+// DefaultMaxStatsKeys bounds the limits' counters (XCLOAK_MAX_STATS_KEYS).
+const DefaultMaxStatsKeys = 10_000
+
+// OverflowKey is the last level of the stats key that counts, per domain,
+// the limits past MaxKeys.
+const OverflowKey = "xcloak_stats_overflow"
+
 // Metrics holds every counter of the service.
 type Metrics struct {
 	mu     sync.RWMutex
 	limits map[string]*Counters
+	// MaxKeys bounds the stats keys kept (set before the first use; 0:
+	// DefaultMaxStatsKeys). A key is made of request values with
+	// detailed_metric, value_to_metric or a limit override (a user, an IP,
+	// a path), so without a bound the counters and /metrics grow with
+	// every value ever seen. Past the bound, a new key's counts go to its
+	// domain's "<domain>.xcloak_stats_overflow", and StatsOverflow counts
+	// the lookups sent there.
+	MaxKeys int
 
 	ConfigLoadSuccess atomic.Uint64
 	ConfigLoadError   atomic.Uint64
@@ -35,6 +50,8 @@ type Metrics struct {
 	// without Redis.
 	Calls     atomic.Uint64
 	Unlimited atomic.Uint64
+	// StatsOverflow counts the lookups of a new stats key past MaxKeys.
+	StatsOverflow atomic.Uint64
 }
 
 // NewMetrics returns empty metrics.
@@ -50,10 +67,24 @@ func (m *Metrics) Limit(statsKey string) *Counters {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c = m.limits[statsKey]; c == nil {
-		c = &Counters{}
-		m.limits[statsKey] = c
+	if c = m.limits[statsKey]; c != nil {
+		return c
 	}
+	maxKeys := m.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxStatsKeys
+	}
+	if len(m.limits) >= maxKeys {
+		m.StatsOverflow.Add(1)
+		domain, _, _ := strings.Cut(statsKey, ".")
+		statsKey = domain + "." + OverflowKey
+		if c = m.limits[statsKey]; c != nil {
+			return c
+		}
+		// One overflow key per configured domain, past the bound.
+	}
+	c = &Counters{}
+	m.limits[statsKey] = c
 	return c
 }
 
@@ -103,12 +134,19 @@ func (c *Counters) record(hits, before, limit uint64, over, shadow bool, nearRat
 
 // WritePrometheus writes every counter in the Prometheus text format.
 func (m *Metrics) WritePrometheus(w io.Writer) {
+	// Stats keys deeper than domain.key1.key2 share the series of their
+	// first three levels, as in the reference's mapping: their counts add up.
+	series := map[string][]*Counters{}
 	m.mu.RLock()
-	keys := make([]string, 0, len(m.limits))
-	for k := range m.limits {
-		keys = append(keys, k)
+	for k, c := range m.limits {
+		l := labels(k)
+		series[l] = append(series[l], c)
 	}
 	m.mu.RUnlock()
+	keys := make([]string, 0, len(series))
+	for l := range series {
+		keys = append(keys, l)
+	}
 	sort.Strings(keys)
 	type counter struct {
 		name string
@@ -124,8 +162,12 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 	for _, ct := range counters {
 		name := "ratelimit_service_rate_limit_" + ct.name
 		fmt.Fprintf(w, "# TYPE %s counter\n", name)
-		for _, k := range keys {
-			fmt.Fprintf(w, "%s{%s} %d\n", name, labels(k), ct.get(m.Limit(k)))
+		for _, l := range keys {
+			sum := uint64(0)
+			for _, c := range series[l] {
+				sum += ct.get(c)
+			}
+			fmt.Fprintf(w, "%s{%s} %d\n", name, l, sum)
 		}
 	}
 	service := []struct {
@@ -139,6 +181,7 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 		{"ratelimit_service_global_shadow_mode", &m.GlobalShadowMode},
 		{"ratelimit_service_calls", &m.Calls},
 		{"ratelimit_service_unlimited", &m.Unlimited},
+		{"ratelimit_service_stats_overflow", &m.StatsOverflow},
 	}
 	for _, s := range service {
 		fmt.Fprintf(w, "# TYPE %s counter\n%s %d\n", s.name, s.name, s.v.Load())
@@ -146,15 +189,28 @@ func (m *Metrics) WritePrometheus(w io.Writer) {
 }
 
 // labels splits a stats key "domain.key1.key2[.more]" into the labels of the
-// reference's statsd mapping (the levels past the second stay in key2).
+// reference's default statsd mapping (src/stats/prom/default_mapper.yaml:
+// its regex drops the levels past key2).
 func labels(statsKey string) string {
-	parts := strings.SplitN(statsKey, ".", 3)
-	out := fmt.Sprintf("domain=%q", parts[0])
+	parts := strings.SplitN(statsKey, ".", 4)
+	out := "domain=" + labelValue(parts[0])
 	if len(parts) > 1 {
-		out += fmt.Sprintf(",key1=%q", parts[1])
+		out += ",key1=" + labelValue(parts[1])
 	}
 	if len(parts) > 2 {
-		out += fmt.Sprintf(",key2=%q", parts[2])
+		out += ",key2=" + labelValue(parts[2])
 	}
 	return out
+}
+
+// labelEscaper escapes a label value as the Prometheus text format does:
+// only backslash, double quote and line feed. Go's %q is not that format
+// (it writes \t, \x01, \u00a0...), and a scraper refuses the whole page at
+// the first escape it does not know, so one descriptor value from a request
+// header would have hidden every counter.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// labelValue quotes v as a Prometheus label value (valid UTF-8).
+func labelValue(v string) string {
+	return `"` + labelEscaper.Replace(strings.ToValidUTF8(v, "\uFFFD")) + `"`
 }

@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -56,6 +54,7 @@ func NewServer(s *Settings, rdb redis.UniversalClient, log *slog.Logger) (*Serve
 		return nil, &SettingError{"-config", "no configuration directory: pass -config DIR or set RUNTIME_ROOT (and RUNTIME_SUBDIRECTORY)"}
 	}
 	metrics := NewMetrics()
+	metrics.MaxKeys = s.MaxStatsKeys
 	limiter, err := xcloak.NewLimiter(rdb, s.LimiterOptions())
 	if err != nil {
 		return nil, err
@@ -67,18 +66,26 @@ func NewServer(s *Settings, rdb redis.UniversalClient, log *slog.Logger) (*Serve
 	return srv, nil
 }
 
-// reload reads the configuration directory if it changed since the last
-// load; a bad file keeps the last good configuration.
+// reload reads the configuration directory and loads it if it changed
+// since the last load; a bad file keeps the last good configuration. The
+// files are read once, so what is loaded is what was compared.
 func (srv *Server) reload(first bool) error {
-	fp, err := fingerprint(srv.Settings.ConfigDir)
+	files, err := config.ReadDir(srv.Settings.ConfigDir)
 	if err != nil {
+		if first {
+			return err
+		}
+		// A file removed between the listing and its reading: the next
+		// poll sees the directory as it settled.
+		srv.Log.Warn("configuration directory not read; the last good configuration keeps serving", "error", err.Error())
 		return err
 	}
+	fp := fingerprint(files)
 	if !first && fp == srv.fingerprint {
 		return nil
 	}
 	srv.fingerprint = fp
-	c, err := config.LoadDir(srv.Settings.ConfigDir, config.Options{MergeDomains: srv.Settings.MergeDomains, MaxLimit: srv.Settings.MaxLimit})
+	c, err := config.Parse(files, config.Options{MergeDomains: srv.Settings.MergeDomains, MaxLimit: srv.Settings.MaxLimit})
 	if err != nil {
 		srv.Service.Metrics().ConfigLoadError.Add(1)
 		if !first {
@@ -95,31 +102,20 @@ func (srv *Server) reload(first bool) error {
 
 // fingerprint hashes the names and contents of the configuration files, so
 // a change is seen whatever the file system's clock resolution.
-func fingerprint(dir string) ([32]byte, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return [32]byte{}, &config.Error{File: dir, Reason: err.Error()}
-	}
-	names := make([]string, 0, len(entries))
-	for _, e := range entries {
-		names = append(names, e.Name())
+func fingerprint(files map[string][]byte) [32]byte {
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
 	}
 	sort.Strings(names)
 	h := sha256.New()
 	for _, name := range names {
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			continue // removed meanwhile: the next poll sees it
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data))
-		h.Write(data)
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(files[name]))
+		h.Write(files[name])
 	}
 	var out [32]byte
 	copy(out[:], h.Sum(nil))
-	return out, nil
+	return out
 }
 
 func (srv *Server) healthy() bool {

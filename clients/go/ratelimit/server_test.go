@@ -258,9 +258,19 @@ func TestSettings(t *testing.T) {
 	if strings.Join(s.Ignored, ",") != "LOCAL_CACHE_SIZE_IN_BYTES,USE_STATSD" {
 		t.Fatalf("ignored: %v", s.Ignored)
 	}
+	// The reference's defaults: RUNTIME_ROOT /srv/runtime_data/current, and
+	// its runtime variables are said to be ignored, not silently dropped.
+	s, err = ratelimit.LoadSettings(env(map[string]string{"RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false", "RUNTIME_IGNOREDOTFILES": "true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ConfigDir != "/srv/runtime_data/current/ratelimit/config" || strings.Join(s.Ignored, ",") != "RUNTIME_IGNOREDOTFILES,RUNTIME_WATCH_ROOT" {
+		t.Fatalf("defaults: config %q, ignored %v", s.ConfigDir, s.Ignored)
+	}
 	for name, value := range map[string]string{
 		"REDIS_TYPE": "ring", "NEAR_LIMIT_RATIO": "2", "XCLOAK_ON_ERROR": "open", "REDIS_POOL_SIZE": "0",
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "yes please", "BACKEND_TYPE": "memcache", "XCLOAK_TIMEOUT": "-1s",
+		"XCLOAK_MAX_STATS_KEYS": "0",
 	} {
 		_, err := ratelimit.LoadSettings(env(map[string]string{name: value}))
 		if err == nil || !strings.HasPrefix(err.Error(), name+": ") {

@@ -239,7 +239,7 @@ func (s *Service) match(cfg *config.Config, req *pb.RateLimitRequest) ([]item, e
 		if it.hits > maxCost {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend must be from 0 to %d (got %d)", i, maxCost, it.hits)
 		}
-		if o := d.GetLimit(); o != nil {
+		if o := d.GetLimit(); o != nil && cfg.HasDomain(req.Domain) {
 			unit := pb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 			if config.UnitWindow(unit) == 0 {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: the limit override's unit must be SECOND to YEAR (got %v)", i, o.GetUnit())
@@ -257,7 +257,7 @@ func (s *Service) match(cfg *config.Config, req *pb.RateLimitRequest) ([]item, e
 				}
 			}
 			it.limit = &config.Limit{StatsKey: config.StatsKey(req.Domain, entries), RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Multiplier: multiplier}
-			it.key = config.OverrideKey(req.Domain, entries)
+			it.key = config.OverrideKey(req.Domain, entries, it.limit.Window())
 		} else if m := cfg.Find(req.Domain, entries); m != nil {
 			it.limit, it.key = m.Limit, m.Key
 		}
@@ -388,15 +388,17 @@ func (s *Service) respond(items []item) *pb.RateLimitResponse {
 		s.metrics.GlobalShadowMode.Add(1)
 	}
 	if s.opt.Headers.Enabled && binding >= 0 {
-		resp.ResponseHeadersToAdd = s.headers(decided, binding)
+		resp.ResponseHeadersToAdd = s.headers(decided, binding, resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp
 }
 
 // headers are the contract's rate limit fields of the decisions (the
 // binding one: the rejected, else the one with the fewest remaining), with
-// the legacy fields renamed as configured.
-func (s *Service) headers(decided []xcloak.Decision, binding int) []*core.HeaderValue {
+// the legacy fields renamed as configured. Retry-After goes with a rejection
+// only: a descriptor over its limit in shadow mode (or under SHADOW_MODE) is
+// answered OK, and Envoy adds these headers to a response it lets through.
+func (s *Service) headers(decided []xcloak.Decision, binding int, rejected bool) []*core.HeaderValue {
 	h := xcloak.MultiDecision{Decisions: decided, Binding: decided[binding], BindingIndex: binding, Rejected: -1}.Headers(s.opt.Headers.Style)
 	rename := map[string]string{
 		"Ratelimit-Limit":     s.opt.Headers.LimitName,
@@ -406,6 +408,9 @@ func (s *Service) headers(decided []xcloak.Decision, binding int) []*core.Header
 	order := []string{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset", "Ratelimit-Policy", "Ratelimit", "Retry-After"}
 	var out []*core.HeaderValue
 	for _, k := range order {
+		if k == "Retry-After" && !rejected {
+			continue
+		}
 		for _, v := range h.Values(k) {
 			name := k
 			if r, ok := rename[k]; ok {

@@ -52,6 +52,8 @@ type Settings struct {
 	Durable  *xcloak.Durable
 
 	LogLevel, LogFormat string
+	// MaxStatsKeys bounds the limits' counters (XCLOAK_MAX_STATS_KEYS).
+	MaxStatsKeys int
 
 	// Ignored lists the reference's variables set in the environment that
 	// this service does not honour (said at startup).
@@ -82,7 +84,15 @@ var ignorable = []string{
 	"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "QUOTA_MODE", "RESPONSE_DYNAMIC_METADATA",
 	"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 	"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE",
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+	"XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+	// The directory is compared by contents (a symlink swap included) and
+	// names starting with a dot are always skipped.
+	"RUNTIME_WATCH_ROOT", "RUNTIME_IGNOREDOTFILES",
 }
+
+// defaultRuntimeRoot is the reference's RUNTIME_ROOT default.
+const defaultRuntimeRoot = "/srv/runtime_data/current"
 
 // SettingError is a setting the service refuses to start with.
 type SettingError struct{ Name, Reason string }
@@ -135,9 +145,7 @@ func LoadSettings(getenv func(string) string) (*Settings, error) {
 		return n
 	}
 
-	if root := getenv("RUNTIME_ROOT"); root != "" {
-		s.ConfigDir = filepath.Join(root, getenv("RUNTIME_SUBDIRECTORY"), env("RUNTIME_APPDIRECTORY", "config"))
-	}
+	s.ConfigDir = filepath.Join(env("RUNTIME_ROOT", defaultRuntimeRoot), getenv("RUNTIME_SUBDIRECTORY"), env("RUNTIME_APPDIRECTORY", "config"))
 	s.ReloadInterval = duration("XCLOAK_RELOAD_INTERVAL", time.Second)
 	s.MergeDomains = boolean("MERGE_DOMAIN_CONFIG")
 	s.MaxLimit = uint32(integer("XCLOAK_MAX_LIMIT", config.DefaultMaxLimit, 1, 1_000_000_000))
@@ -166,6 +174,7 @@ func LoadSettings(getenv func(string) string) (*Settings, error) {
 		ResetName:     env("LIMIT_RESET_HEADER", "RateLimit-Reset"),
 	}
 	s.Timeout = duration("XCLOAK_TIMEOUT", time.Second)
+	s.MaxStatsKeys = integer("XCLOAK_MAX_STATS_KEYS", DefaultMaxStatsKeys, 1, 10_000_000)
 	s.LogLevel = strings.ToLower(env("LOG_LEVEL", "warn"))
 	s.LogFormat = strings.ToLower(env("LOG_FORMAT", "text"))
 	if err != nil {

@@ -130,27 +130,61 @@ type Options struct {
 	MaxLimit uint32
 }
 
-// LoadDir reads every *.yaml and *.yml file of dir (not those whose name
-// starts with a dot), in name order.
+// LoadDir reads the configuration files of dir (ReadDir) and parses them.
 func LoadDir(dir string, opt Options) (*Config, error) {
-	entries, err := os.ReadDir(dir)
+	files, err := ReadDir(dir)
 	if err != nil {
-		return nil, &Error{File: dir, Reason: err.Error()}
-	}
-	files := map[string][]byte{}
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-			continue
-		}
-		path := filepath.Join(dir, name)
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return nil, &Error{File: path, Reason: err.Error()}
-		}
-		files[path] = data
+		return nil, err
 	}
 	return Parse(files, opt)
+}
+
+// ReadDir reads every file under dir, whatever its name, and in its
+// subdirectories, as the reference's runtime loader does (a ConfigMap key
+// named "ratelimit" or "rules.conf" is a configuration file there too);
+// names starting with a dot are skipped, files and directories (a
+// ConfigMap's ..data, an editor's .swp, an atomic write's temporary file),
+// as the reference does with RUNTIME_IGNOREDOTFILES=true. A symbolic link is
+// followed to a file, not to a directory. The map is path -> content.
+func ReadDir(dir string) (map[string][]byte, error) {
+	if info, err := os.Stat(dir); err != nil {
+		return nil, &Error{File: dir, Reason: err.Error()}
+	} else if !info.IsDir() {
+		return nil, &Error{File: dir, Reason: "not a directory: the configuration is the directory of files"}
+	}
+	files := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(path string, e os.DirEntry, err error) error {
+		if err != nil {
+			return &Error{File: path, Reason: err.Error()}
+		}
+		if path == dir {
+			return nil
+		}
+		if strings.HasPrefix(e.Name(), ".") {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			return nil
+		}
+		if e.Type()&os.ModeSymlink != 0 {
+			if info, err := os.Stat(path); err == nil && info.IsDir() {
+				return nil
+			}
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return &Error{File: path, Reason: err.Error()}
+		}
+		files[path] = data
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return files, nil
 }
 
 // Parse loads files (name -> content) in name order.
@@ -183,6 +217,10 @@ func (c *Config) Domains() []string {
 	sort.Strings(out)
 	return out
 }
+
+// HasDomain reports whether domain is configured. The reference applies a
+// request's own limit override only in a configured domain.
+func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
 
 type loader struct {
 	file   string
@@ -513,6 +551,21 @@ func (c *Config) Find(domain string, entries []Entry) *Match {
 		return nil
 	}
 	switch {
+	case found.DetailedMetric && anyShared(shared):
+		// share_threshold keeps its wildcard in the detailed key too, as
+		// the reference does: one counter for the values that share a window.
+		key := domain
+		for i, e := range entries {
+			switch {
+			case shared[i] != "":
+				key += "." + e.Key + "_" + shared[i]
+			case e.Value != "":
+				key += "." + e.Key + "_" + e.Value
+			default:
+				key += "." + e.Key
+			}
+		}
+		found.StatsKey = key
 	case found.DetailedMetric:
 		found.StatsKey = detailed
 	default:
@@ -529,13 +582,27 @@ func (c *Config) Find(domain string, entries []Entry) *Match {
 	return &Match{Limit: found, Key: key}
 }
 
-// OverrideKey is the window of a descriptor that carries its own limit.
-func OverrideKey(domain string, entries []Entry) string {
+func anyShared(shared []string) bool {
+	for _, p := range shared {
+		if p != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// OverrideKey is the window of a descriptor that carries its own limit of
+// the given window length. The length is part of the key: the same entries
+// may be sent with an override on one route and without (the configured
+// limit, under Find's key) on another, or with overrides of other units, and
+// one sorted set decided with two window lengths loses the longer window's
+// entries to the shorter one's trimming.
+func OverrideKey(domain string, entries []Entry, window time.Duration) string {
 	key := domain
 	for _, e := range entries {
 		key += "_" + e.Key + "_" + e.Value
 	}
-	return key
+	return key + "_override_" + strconv.FormatInt(window.Milliseconds(), 10)
 }
 
 // StatsKey is the counters' key of a descriptor with its own limit.
