@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -42,6 +43,7 @@ type Server struct {
 	httpLn      []net.Listener
 	fingerprint [32]byte
 	stopping    atomic.Bool
+	healthMu    sync.Mutex // a status is read and set as one step (a reload racing Stop)
 	wg          sync.WaitGroup
 	cancel      context.CancelFunc
 }
@@ -133,6 +135,8 @@ func (srv *Server) setHealth() {
 	if srv.health == nil {
 		return
 	}
+	srv.healthMu.Lock()
+	defer srv.healthMu.Unlock()
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if srv.healthy() {
 		st = healthpb.HealthCheckResponse_SERVING
@@ -153,7 +157,11 @@ func (srv *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("gRPC listener: %w", err)
 	}
-	srv.grpc = grpc.NewServer()
+	// Connections are closed after GRPC_MAX_CONNECTION_AGE (as the reference
+	// does, 24 h by default), so Envoy's connections spread over new replicas.
+	srv.grpc = grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionAge: s.GRPCMaxConnectionAge, MaxConnectionAgeGrace: s.GRPCMaxConnectionAgeGrace,
+	}))
 	pb.RegisterRateLimitServiceServer(srv.grpc, srv.Service)
 	srv.health = health.NewServer()
 	healthpb.RegisterHealthServer(srv.grpc, srv.health)

@@ -255,6 +255,9 @@ func TestSettings(t *testing.T) {
 	if s.ConfigDir != "/srv/runtime_data/current/ratelimit/config" || s.GRPCAddr != "0.0.0.0:9000" || s.HTTPAddr != "0.0.0.0:8080" || s.RedisType != "CLUSTER" {
 		t.Fatalf("settings: %+v", s)
 	}
+	if s.GRPCMaxConnectionAge != 24*time.Hour || s.GRPCMaxConnectionAgeGrace != time.Hour {
+		t.Fatalf("GRPC_MAX_CONNECTION_AGE defaults: %v, %v", s.GRPCMaxConnectionAge, s.GRPCMaxConnectionAgeGrace)
+	}
 	if strings.Join(s.Ignored, ",") != "LOCAL_CACHE_SIZE_IN_BYTES,USE_STATSD" {
 		t.Fatalf("ignored: %v", s.Ignored)
 	}
@@ -269,7 +272,7 @@ func TestSettings(t *testing.T) {
 	}
 	for name, value := range map[string]string{
 		"REDIS_TYPE": "ring", "NEAR_LIMIT_RATIO": "2", "XCLOAK_ON_ERROR": "open", "REDIS_POOL_SIZE": "0",
-		"LIMIT_RESPONSE_HEADERS_ENABLED": "yes please", "BACKEND_TYPE": "memcache", "XCLOAK_TIMEOUT": "-1s",
+		"LIMIT_RESPONSE_HEADERS_ENABLED": "yes please", "GRPC_MAX_CONNECTION_AGE": "a day", "BACKEND_TYPE": "memcache", "XCLOAK_TIMEOUT": "-1s",
 		"XCLOAK_MAX_STATS_KEYS": "0",
 	} {
 		_, err := ratelimit.LoadSettings(env(map[string]string{name: value}))

@@ -27,7 +27,10 @@ type Settings struct {
 
 	GRPCAddr string // host:port
 	GRPCUDS  string // a unix socket instead
-	HTTPAddr string
+	// GRPCMaxConnectionAge closes a gRPC connection after this long (after
+	// GRPCMaxConnectionAgeGrace for its calls to end): GRPC_MAX_CONNECTION_AGE.
+	GRPCMaxConnectionAge, GRPCMaxConnectionAgeGrace time.Duration
+	HTTPAddr                                        string
 	// PrometheusAddr, when set and not the HTTP address, serves /metrics too.
 	PrometheusAddr, PrometheusPath string
 
@@ -63,7 +66,7 @@ type Settings struct {
 // ignorable are the reference's variables that have no meaning here (statsd,
 // memcached, the per-second Redis, TLS of the gRPC server, tracing, xDS...).
 var ignorable = []string{
-	"DEBUG_HOST", "DEBUG_PORT", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE",
+	"DEBUG_HOST", "DEBUG_PORT",
 	"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN",
 	"FORCE_START_WITHOUT_INITIAL_CONFIG", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
 	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
@@ -151,6 +154,8 @@ func LoadSettings(getenv func(string) string) (*Settings, error) {
 	s.MaxLimit = uint32(integer("XCLOAK_MAX_LIMIT", config.DefaultMaxLimit, 1, 1_000_000_000))
 	s.GRPCAddr = net.JoinHostPort(env("GRPC_HOST", "0.0.0.0"), env("GRPC_PORT", "8081"))
 	s.GRPCUDS = getenv("GRPC_UDS")
+	s.GRPCMaxConnectionAge = duration("GRPC_MAX_CONNECTION_AGE", 24*time.Hour)
+	s.GRPCMaxConnectionAgeGrace = duration("GRPC_MAX_CONNECTION_AGE_GRACE", time.Hour)
 	s.HTTPAddr = net.JoinHostPort(env("HOST", "0.0.0.0"), env("PORT", "8080"))
 	if boolean("USE_PROMETHEUS") {
 		s.PrometheusAddr, s.PrometheusPath = env("PROMETHEUS_ADDR", ":9090"), env("PROMETHEUS_PATH", "/metrics")
