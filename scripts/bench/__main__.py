@@ -44,6 +44,7 @@ ALL = (
 NEED_MODULE = set(ALL) - {"fallback", "fallback-instructions"}
 CHART = os.path.join(deps.ROOT, "docs/performance-memory.png")
 CHART_DATA = os.path.join(deps.ROOT, "target/bench/memory-per-identity.json")
+PARTIAL = os.path.join(deps.ROOT, "target/bench/partial.json")
 
 
 def git(*args):
@@ -151,6 +152,9 @@ def run_module_sections(chosen, data, meta):
                 print("== %s" % title, flush=True)
                 step()
                 meta.setdefault("section_seconds", {})[title] = round(time.time() - started)
+                # What is measured so far survives a later section's failure.
+                os.makedirs(os.path.dirname(PARTIAL), exist_ok=True)
+                results.save(data, PARTIAL)
     finally:
         server.stop()
 

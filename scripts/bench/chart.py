@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws docs/performance-memory.png from the numbers scripts/bench.py measured,
+"""Draws docs/performance-memory.png from the figures `make bench` measured (scripts/bench),
 two panels side by side:
 
 - memory per identity (used_memory delta per identity over 10,000 identities,

@@ -1,10 +1,9 @@
 """The report: docs/performance.md (the generated page of the current figures
 and how to reproduce them), the README's performance table (between its
 `bench:readme` markers), and the targets printed with PASS/FAIL. Renders the
-result data of one run; measures nothing. Imports targets and results."""
+result data of one run; measures nothing. Imports deps and targets."""
 
 import os
-import re
 
 from . import targets as targets_mod
 from .deps import ROOT
@@ -256,16 +255,15 @@ ROW_LABELS = [
 def commands_table(w, section, meta):
     mix, rows, r = section["mix"], section["rows"], section["ratios"]
     w(
-        "%s keys (`-r %s`), each prefilled with %d live entries in its own layout (redis-cell: %d units taken), "
+        "%s keys (`-r %d`), each prefilled with %d live entries in its own layout (redis-cell: %d units taken), "
         "window %d ms, limit %d, %s requests per command and mode (about %d calls per key: roughly the first %d "
         "admitted, the rest rejected), median of %d round(s), fresh keys each round, the order of the commands "
         "rotating. CPU is `usec_per_call` from `INFO commandstats` after `CONFIG RESETSTAT` (for EVALSHA it "
         "includes the script's inner calls); the process column is the server's `used_cpu_user + used_cpu_sys` "
-        "over the run divided by the requests (reading, parsing and replying included, preemption not). "
-        "Latency is redis-benchmark's, unpipelined."
+        "over the run divided by the requests (reading, parsing and replying included, preemption not).%s"
         % (
             n(mix["keys"]),
-            n(mix["keys"]),
+            mix["keys"],
             mix["prefill"],
             mix["prefill"],
             meta["window_ms"],
@@ -274,6 +272,7 @@ def commands_table(w, section, meta):
             mix["calls"],
             mix["limit"] - mix["prefill"],
             mix["rounds"],
+            " Latency is redis-benchmark's, unpipelined." if "unpipelined" in mix["modes"] else " Pipelined only.",
         )
     )
     w("")
@@ -497,7 +496,9 @@ def memory_tables(w, memory):
     w(
         "`used_memory` before and after filling many identities, divided by their number: every byte the server "
         "allocates for them (the key, its expiry, the keyspace's tables, the value in the allocator's size classes). "
-        "Window 60 s, each identity filled to its limit, every identity's j-th call before any (j+1)-th so that no "
+        "Window 60 s (redis-cell: `CL.THROTTLE key limit-1 limit 3600 1`, as its one string's size does not depend on "
+        "the period and a 60 s period lets its first keys expire during a slow fill), each identity filled to its "
+        "limit, every identity's j-th call before any (j+1)-th so that no "
         "key expires before the measurement; median of three fills at limits 10 and 100, after one fill thrown "
         "away. Drawn in [performance-memory.png](performance-memory.png)."
     )
@@ -697,6 +698,3 @@ def print_targets(checked, data):
             )
         )
 
-
-def strip_markers(text):
-    return re.sub(r"<!-- bench:[^>]*-->", "", text)
