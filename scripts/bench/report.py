@@ -40,8 +40,13 @@ def header(w, meta):
     w("## The run")
     w("")
     w(
-        "- xcloak at commit %s, %s, %.0f s in all%s"
-        % (meta["commit"], meta["date"], meta["seconds"], " (BENCH_QUICK: reduced sizes)" if meta["quick"] else "")
+        "- xcloak at commit %s, %s, %s s in all%s"
+        % (
+            meta["commit"],
+            meta["date"],
+            n(round(meta["seconds"])),
+            " (BENCH_QUICK: reduced sizes)" if meta["quick"] else "",
+        )
     )
     w("- machine: %d CPUs (`nproc`), %s, Linux %s" % (meta["nproc"], meta["cpu"], meta["kernel"]))
     w("- server: %s; %s; server and redis-benchmark at %s" % (meta["server"], meta["bench"], meta["priority"]))
@@ -697,4 +702,3 @@ def print_targets(checked, data):
                 t["source"],
             )
         )
-

@@ -2,7 +2,8 @@
 run of record as the sections returned it; `flatten` names every figure by a
 dotted key (`commands.main.ratios.script_over_allow_compact`,
 `fallback.rejections.ratios.details_over_article`; a list of records is keyed
-by each record's first field: `entries.compact.rows.1000000.admission`), the
+by each record's limit, entries or keys field:
+`entries.compact.rows.1000000.admission`), the
 keys targets.toml and the docs' quoted figures name. Imports deps (for the
 path) only."""
 
@@ -14,13 +15,21 @@ from .deps import ROOT
 DATA = os.path.join(ROOT, "docs/performance.json")
 
 
+ID_FIELDS = ("limit", "entries", "keys")
+
+
+def record_id(record):
+    """A record's key in a list: its limit, entries or keys field (else its first field)."""
+    return next((record[f] for f in ID_FIELDS if f in record), next(iter(record.values())))
+
+
 def flatten(data, prefix=""):
     """{dotted key: number or text} of the numbers and texts in nested data."""
     out = {}
     if isinstance(data, dict):
         items = data.items()
     elif isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
-        items = ((str(next(iter(x.values()))), x) for x in data)
+        items = ((str(record_id(x)), x) for x in data)
     elif isinstance(data, list):
         items = ((str(i), x) for i, x in enumerate(data))
     else:
@@ -32,7 +41,7 @@ def flatten(data, prefix=""):
 
 def save(data, path=DATA):
     with open(path, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
+        json.dump(data, f, indent=1)
         f.write("\n")
 
 
