@@ -141,17 +141,21 @@ dist-repro:
 example-deps:
 	@scripts/example-deps.sh
 
-# The benchmark behind docs/performance.md: XCLOAK.ALLOW on sorted sets and on
-# compact keys against the article's script, ZADD, redis-cell's CL.THROTTLE and
-# INCR on one fresh server (free loopback port), then entries-per-key, keyspace,
-# 1,000,000-key and memory runs; prints the targets (PASS/FAIL), rewrites
-# docs/performance.md and draws docs/performance-memory.png. redis-cell 0.2.2 is
-# built from crates.io and matplotlib (pinned) installed into a venv, both under
-# ~/.cache/xcloak-bench (scripts/fetch-redis-cell.sh, scripts/chart.py).
+# The benchmark behind docs/performance.md (scripts/bench/, `python3 -m scripts.bench`):
+# on a fresh server with the module, XCLOAK.ALLOW on sorted sets and on compact
+# keys against the article's script, ZADD, redis-cell's CL.THROTTLE and INCR, then
+# entries per key, keys in the keyspace, memory and REFUND; on a fresh server
+# without it, the Lua fallback against the article's script and limits' moving
+# window (and their instructions under callgrind). Checks the targets of
+# scripts/bench/targets.toml (PASS/FAIL), writes docs/performance.md,
+# docs/performance.json, the README's table and docs/performance-memory.png.
+# redis-cell 0.2.2 (crates.io), limits 5.8.0's wheel and a pinned matplotlib go
+# to ~/.cache/xcloak-bench. `python3 -m scripts.bench SECTION...` runs some
+# sections (e.g. fallback) and leaves the docs alone.
 .PHONY: bench
 bench: build
-	@scripts/ensure-deps.sh python3
-	python3 scripts/bench.py
+	@scripts/ensure-deps.sh python3 valgrind
+	python3 -m scripts.bench
 
 # xcloak-ratelimit (clients/go/ratelimit/README.md): the rate limit service for
 # Envoy on envoyproxy/ratelimit's configuration, built into target/.

@@ -44,6 +44,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from scripts.bench.resp import Client  # noqa: E402  (the bench's RESP client)
 
 T = 1_700_000_000_000
 HOUR = 3_600_000
@@ -60,49 +62,6 @@ PEEKS = [  # (tiers as [(window, limit), ...], cost)
     ([(MAX_MS, 10), (1, 1)], 2),
 ]
 PROBE = ([(60 * DAY, 1_000_000), (HOUR, 1000)], 2)  # the ALLOW run on a COPY
-
-
-# --------------------------------------------------------------------------
-# A minimal RESP client returning bytes (DUMP payloads are binary).
-
-def encode(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if not isinstance(arg, bytes):
-            arg = str(arg).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
-    return b"".join(out)
-
-
-class Client:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.file = self.sock.makefile("rb")
-
-    def call(self, *args):
-        self.sock.sendall(encode(*args))
-        return self.read()
-
-    def read(self):
-        line = self.file.readline()
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            raise RuntimeError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else self.file.read(n + 2)[:-2]
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.read() for _ in range(n)]
-        raise RuntimeError("bad reply %r" % line)
-
-    def text(self, *args):
-        reply = self.call(*args)
-        return reply.decode() if isinstance(reply, bytes) else reply
 
 
 def free_port():
@@ -130,7 +89,7 @@ class Server:
         deadline = time.time() + 30
         while True:
             try:
-                self.client = Client(self.port)
+                self.client = Client(self.port, raw=True)  # bytes: DUMP payloads are binary
                 self.client.call("PING")
                 break
             except (OSError, RuntimeError):

@@ -1,23 +1,23 @@
 #!/usr/bin/env python3
 """Compares builds of the module in wall-clock time, interleaved on fresh servers.
 
-Usage: python3 scripts/compare.py A.so B.so [...]   (ROUNDS=n, default 3)
-       python3 scripts/compare.py --instructions A.so B.so   (callgrind: repeatable, needs valgrind)
-       python3 scripts/compare.py --zset-only A.so B.so   (builds from before the compact form)
-       python3 scripts/compare.py --paired A.so B.so   (the main workload and the stream measures, every
-                                                        server up at once, slices taking turns:
-                                                        SLICES=41, MAIN_SLICES=15)
+Usage: python3 -m scripts.bench.compare A.so B.so [...]   (ROUNDS=n, default 3)
+       python3 -m scripts.bench.compare --instructions A.so B.so   (callgrind: repeatable, needs valgrind)
+       python3 -m scripts.bench.compare --zset-only A.so B.so   (builds from before the compact form)
+       python3 -m scripts.bench.compare --paired A.so B.so   (the main workload and the stream measures,
+                                                              every server up at once, slices taking
+                                                              turns: SLICES=41, MAIN_SLICES=15)
 
 Each round starts one fresh server per build, in turn (the order rotating),
 loaded with `STORAGE compact`, and measures on it, as `usec_per_call` from
 INFO commandstats:
 
-- the first workload of `make bench` (scripts/bench.py, MAIN: 10,000 keys
+- the first workload of `make bench` (workloads.MAIN: 10,000 keys
   prefilled with 5 entries, limit 10, 100,000 pipelined requests, about half
   admitted) for XCLOAK.ALLOW on compact keys and on sorted sets, the article's
   script and a bare ZADD;
 - compact windows held at 10, 1,000 and 100,000 live entries by streams with
-  NOW (bench.py's entries-per-key streams, one entry per second, 2 keys):
+  NOW (the entries-per-key section's streams, one entry per second, 2 keys):
   admissions alone (each trims one entry and adds one) and rejections alone,
   measured separately;
 - XCLOAK.REFUND of the newest entry of a compact window of 100,000 entries
@@ -45,18 +45,33 @@ a whole main workload on freshly prefilled keys, or 20,000 calls of a stream
 at one size and way. Each ratio compares two measures a second or a few
 milliseconds apart, so the machine's drift between rounds cancels; it prints
 the median and quartiles of the per-slice ratios (a build against itself reads
-1.00x). `make bench` takes its "this build / the baseline" targets from these
-(three runs). `--zset-only` measures
+1.00x). `--zset-only` measures
 only the sorted-set rows of the first workload, on servers loaded without
 `STORAGE`, for builds that have no compact form.
 """
+
+import dataclasses
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402
-import callgrind  # noqa: E402
+from . import callgrind, deps
+from .resp import encode
+from .server import Server
+from .workloads import (
+    BASE_MS,
+    LABEL,
+    MAIN,
+    allow_cmd,
+    bench_commands,
+    benchmark_once,
+    measure_stream,
+    prefill_keys,
+    redis_benchmark,
+    steady_stream,
+)
 
 STREAM_SIZES = (10, 1_000, 100_000)
 STREAM_KEYS = 2
@@ -75,7 +90,7 @@ class Probe:
         """Runs `send()` and returns {"usec": .., "cpu": ..} or {"instructions": ..}
         (inclusive, of the function `handler`) per call of `stat`."""
         server = self.server
-        server.client.call("CONFIG", "RESETSTAT")
+        server.reset_stats()
         if self.callgrind_dir:
             self.dumps += 1
             dump = callgrind.phase(server, self.callgrind_dir, send, "m%d" % self.dumps)
@@ -103,13 +118,17 @@ def streams(probe, out, calls):
     server.storage("compact")
     for size in STREAM_SIZES:
         prefix = "cmp%d" % size
-        server.pipe(bench.steady_stream(prefix, STREAM_KEYS, size, 1000, size, 0))
+        server.pipe(steady_stream(prefix, STREAM_KEYS, size, 1000, size, 0))
         server.expect_type(prefix + ":0", "xcloaklog")
         n = STREAM_KEYS * calls
         out["compact %s entries: admission" % "{:,}".format(size)] = probe.run(
-            "xcloak.allow", n, lambda: server.pipe(bench.steady_stream(prefix, STREAM_KEYS, size, 1000, calls, size)))
+            "xcloak.allow", n, lambda: server.pipe(steady_stream(prefix, STREAM_KEYS, size, 1000, calls, size))
+        )
         out["compact %s entries: rejection" % "{:,}".format(size)] = probe.run(
-            "xcloak.allow", n, lambda: server.pipe(bench.steady_stream(prefix, STREAM_KEYS, size, 1000, calls, size + calls, True)))
+            "xcloak.allow",
+            n,
+            lambda: server.pipe(steady_stream(prefix, STREAM_KEYS, size, 1000, calls, size + calls, True)),
+        )
         server.client.call("FLUSHALL")
 
 
@@ -118,48 +137,59 @@ def refunds(probe, out, calls):
     (ced23cf's took about 2 ms a call)."""
     server = probe.server
     size = 100_000
-    window, limit = 10 ** 12, 1_000_000
+    window, limit = 10**12, 1_000_000
     server.storage("compact")
-    server.pipe(bench.allow_cmd("cmpr", window, limit, bench.BASE_MS + i * 1000) for i in range(size))
-    last = bench.BASE_MS + size * 1000
+    server.pipe(allow_cmd("cmpr", window, limit, BASE_MS + i * 1000) for i in range(size))
+    last = BASE_MS + size * 1000
 
     def stream():
         for j in range(calls):
-            yield bench.allow_cmd("cmpr", window, limit, last + j)
-            yield bench.encode("XCLOAK.REFUND", "cmpr", last + j)
+            yield allow_cmd("cmpr", window, limit, last + j)
+            yield encode("XCLOAK.REFUND", "cmpr", last + j)
+
     try:
-        out["compact 100,000 entries: REFUND of the newest"] = probe.run("xcloak.refund", calls, lambda: server.pipe(stream()))
+        out["compact 100,000 entries: REFUND of the newest"] = probe.run(
+            "xcloak.refund", calls, lambda: server.pipe(stream())
+        )
     except SystemExit:
         pass  # a build without XCLOAK.REFUND
     server.client.call("FLUSHALL")
 
 
+class ZsetOnlyServer(Server):
+    """A server loaded without STORAGE, for builds from before the compact form:
+    picking a form is a no-op."""
+
+    def storage(self, form):
+        pass
+
+
 def measure(module, zset_only, instructions=False):
     """Every measure on a fresh server running `module`: {label: {"usec", "cpu"}}
-    or, with `instructions`, {label: {"instructions"}} under callgrind."""
-    bench.MODULE = os.path.abspath(module)  # the server chdirs to its --dir before loading
-    callgrind_dir = bench.tempfile.mkdtemp(prefix="xcloak-compare-") if instructions else None
-    wrapper = ["valgrind", "--tool=callgrind", "--callgrind-out-file=%s/cg.out" % callgrind_dir] if instructions else ()
-    keys = bench.KEYS
-    if instructions:
-        bench.KEYS = 2_000
-    server = bench.Server(wrapper=wrapper, storage=None if zset_only else "compact", cell=False)
-    if zset_only:
-        server.storage = lambda form: None
+    or, with `instructions`, {label: {"instructions"}} under callgrind (2,000
+    keys instead of 10,000)."""
+    callgrind_dir = tempfile.mkdtemp(prefix="xcloak-compare-") if instructions else None
+    wrapper = callgrind.wrapper(callgrind_dir) if instructions else ()
+    kind = ZsetOnlyServer if zset_only else Server
+    server = kind(module=module, storage=None if zset_only else "compact", wrapper=wrapper)
     probe = Probe(server, callgrind_dir)
+    mix = dataclasses.replace(MAIN, keys=2_000) if instructions else MAIN
     try:
-        sha = server.client.call("SCRIPT", "LOAD", open(bench.ARTICLE).read())
+        sha = server.client.call("SCRIPT", "LOAD", deps.read(deps.ARTICLE))
         now_ms = int(server.client.call("TIME")[0]) * 1000
-        config = bench.MAIN
         names = ("XCLOAK.ALLOW", "EVALSHA script", "ZADD") + (() if zset_only else ("XCLOAK.ALLOW compact",))
         out = {}
-        requests = bench.KEYS * config["calls"]
-        for name, stat, prefix, layout, argv in bench.bench_commands(sha, now_ms, config["limit"]):
-            if name not in names:
+        for command in bench_commands(sha, now_ms, mix.limit):
+            if command.name not in names:
                 continue
-            bench.prefill_keys(server, prefix, layout, now_ms, config["prefill"])
-            out["main workload: " + bench.LABEL[name]] = probe.run(
-                stat, requests, lambda: bench.redis_benchmark(server, argv(prefix), True, requests), callgrind.HANDLERS[name])
+            prefill_keys(server, command.prefix, command.layout, now_ms, mix.prefill, keys=mix.keys)
+            argv = command.argv(command.prefix)
+            out["main workload: " + LABEL[command.name]] = probe.run(
+                command.stat,
+                mix.requests,
+                lambda: redis_benchmark(server, argv, True, mix.requests, mix.keys),
+                callgrind.HANDLERS[command.name],
+            )
         server.client.call("FLUSHALL")
         if not zset_only:
             streams(probe, out, 2_000 if instructions else STREAM_CALLS)
@@ -167,9 +197,8 @@ def measure(module, zset_only, instructions=False):
         return out
     finally:
         server.stop()
-        bench.KEYS = keys
         if callgrind_dir:
-            bench.shutil.rmtree(callgrind_dir, ignore_errors=True)
+            shutil.rmtree(callgrind_dir, ignore_errors=True)
 
 
 PAIRED_SLICES = int(os.environ.get("SLICES", "41"))
@@ -186,7 +215,7 @@ def paired_measures(modules, log=print):
 
     - the stream measures: each size and way cut into PAIRED_SLICES slices
       of PAIRED_CALLS calls per key;
-    - the main workload on compact keys (bench.py's MAIN: 10,000 keys
+    - the main workload on compact keys (workloads.MAIN: 10,000 keys
       prefilled with 5 entries, limit 10, 100,000 pipelined requests, about
       half admitted), run whole PAIRED_MAIN_SLICES times, each time on
       freshly prefilled keys.
@@ -202,37 +231,44 @@ def paired_measures(modules, log=print):
             ratios = []
             for i in range(1, len(modules)):
                 per = sorted(b / a for a, b in zip(columns[0], columns[i]))
-                ratios.append("[%d] / [0] %.3fx (quartiles %.2f-%.2f)" % (
-                    i, statistics.median(per), per[len(per) // 4], per[3 * len(per) // 4]))
-            log("  %-40s %s   %s" % (label, "  ".join("%6.3f" % statistics.median(c) for c in columns), "; ".join(ratios)))
+                ratios.append(
+                    "[%d] / [0] %.3fx (quartiles %.2f-%.2f)"
+                    % (i, statistics.median(per), per[len(per) // 4], per[3 * len(per) // 4])
+                )
+            log(
+                "  %-40s %s   %s"
+                % (label, "  ".join("%6.3f" % statistics.median(c) for c in columns), "; ".join(ratios))
+            )
 
     try:
         for module in modules:
-            bench.MODULE = os.path.abspath(module)
-            servers.append(bench.Server(storage="compact", cell=False))
+            servers.append(Server(module=module, storage="compact"))
         if log:
-            log("paired slices (%d of %d calls each way and size; the main workload %d times), usec_per_call: median per "
-                "build, and the median of the per-slice ratios against [0] %s" % (
-                    PAIRED_SLICES, STREAM_KEYS * PAIRED_CALLS, PAIRED_MAIN_SLICES, names[0]))
+            log(
+                "paired slices (%d of %d calls each way and size; the main workload %d times), usec_per_call: "
+                "median per build, and the median of the per-slice ratios against [0] %s"
+                % (PAIRED_SLICES, STREAM_KEYS * PAIRED_CALLS, PAIRED_MAIN_SLICES, names[0])
+            )
         if PAIRED_MAIN_SLICES:
-            config = bench.MAIN
-            requests = bench.KEYS * config["calls"]
             columns = [[] for _ in modules]
             for slice_ in range(PAIRED_MAIN_SLICES):
-                for i in list(range(len(modules)))[::-1 if slice_ % 2 else 1]:
+                for i in list(range(len(modules)))[:: -1 if slice_ % 2 else 1]:
                     server = servers[i]
                     server.client.call("FLUSHALL")
                     now_ms = int(server.client.call("TIME")[0]) * 1000
-                    name, stat, prefix, layout, argv = next(c for c in bench.bench_commands("", now_ms, config["limit"])
-                                                            if c[0] == "XCLOAK.ALLOW compact")
-                    bench.prefill_keys(server, prefix, layout, now_ms, config["prefill"])
-                    columns[i].append(bench.benchmark_once(server, name, stat, argv(prefix), True, requests)[3])
+                    command = next(
+                        c for c in bench_commands("", now_ms, MAIN.limit) if c.name == "XCLOAK.ALLOW compact"
+                    )
+                    prefill_keys(server, command.prefix, command.layout, now_ms, MAIN.prefill)
+                    columns[i].append(
+                        benchmark_once(server, command, command.argv(command.prefix), True, MAIN.requests).usec
+                    )
             for server in servers:
                 server.client.call("FLUSHALL")
             report("main workload: XCLOAK.ALLOW (compact)", columns)
         for server in servers:
             for size in STREAM_SIZES:
-                server.pipe(bench.steady_stream("p%d" % size, STREAM_KEYS, size, 1000, size, 0))
+                server.pipe(steady_stream("p%d" % size, STREAM_KEYS, size, 1000, size, 0))
                 server.expect_type("p%d:0" % size, "xcloaklog")
         n = STREAM_KEYS * PAIRED_CALLS
         for size in STREAM_SIZES:
@@ -240,15 +276,17 @@ def paired_measures(modules, log=print):
             usec = {way: [[] for _ in modules] for way in ("admission", "rejection")}
             for slice_ in range(PAIRED_SLICES):
                 start = size + slice_ * PAIRED_CALLS
-                order = list(range(len(modules)))[::-1 if slice_ % 2 else 1]
+                order = list(range(len(modules)))[:: -1 if slice_ % 2 else 1]
                 streams = {
-                    "admission": lambda: bench.steady_stream(prefix, STREAM_KEYS, size, 1000, PAIRED_CALLS, start),
+                    "admission": lambda: steady_stream(prefix, STREAM_KEYS, size, 1000, PAIRED_CALLS, start),
                     # At the time of the slice's newest admission: the window is full.
-                    "rejection": lambda: bench.steady_stream(prefix, STREAM_KEYS, size, 1000, PAIRED_CALLS, start + PAIRED_CALLS, True),
+                    "rejection": lambda: steady_stream(
+                        prefix, STREAM_KEYS, size, 1000, PAIRED_CALLS, start + PAIRED_CALLS, True
+                    ),
                 }
                 for way, make in streams.items():
                     for i in order:
-                        usec[way][i].append(bench.measure_stream(servers[i], make, n))
+                        usec[way][i].append(measure_stream(servers[i], make, n))
             for way, columns in usec.items():
                 report("compact %s entries: %s" % ("{:,}".format(size), way), columns)
         return out
@@ -269,7 +307,7 @@ def main():
     rounds = 1 if instructions else int(os.environ.get("ROUNDS", "3"))
     runs = {m: [] for m in modules}
     for round_ in range(rounds):
-        for module in modules[round_ % len(modules):] + modules[:round_ % len(modules)]:
+        for module in modules[round_ % len(modules) :] + modules[: round_ % len(modules)]:
             out = measure(module, zset_only, instructions)
             runs[module].append(out)
             print("round %d  %s" % (round_ + 1, os.path.basename(module)), flush=True)
@@ -291,7 +329,10 @@ def main():
             ratios = []
             for i, m in enumerate(modules[1:], 1):
                 per_round = [b[label][metric] / a[label][metric] for a, b in zip(runs[base], runs[m])]
-                ratios.append("[%d] / [0] %.3fx (rounds %s)" % (i, statistics.median(per_round), ", ".join("%.2f" % r for r in per_round)))
+                ratios.append(
+                    "[%d] / [0] %.3fx (rounds %s)"
+                    % (i, statistics.median(per_round), ", ".join("%.2f" % r for r in per_round))
+                )
             print("  %-55s %s   %s" % (label, "  ".join("%10.2f" % v for v in medians), "; ".join(ratios)))
         print()
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws docs/performance-memory.png from the numbers scripts/bench.py measured,
+"""Draws docs/performance-memory.png from the figures `make bench` measured (scripts/bench),
 two panels side by side:
 
 - memory per identity (used_memory delta per identity over 10,000 identities,
@@ -13,6 +13,7 @@ Run by `make bench` with a pinned matplotlib.
 
 Usage: chart.py DATA.json OUT.png
 """
+
 import json
 import sys
 
@@ -48,16 +49,25 @@ def memory_panel(ax, data):
         values = [row[1][layout] for row in rows]
         ax.plot(limits, values, marker=marker, color=colour, label=label, linewidth=2, markersize=6)
         offset, align = {"script": ((-7, 6), "right"), "compact": ((7, 4), "left"), "cell": ((7, -12), "left")}.get(
-            layout, ((-7, -13), "right"))
+            layout, ((-7, -13), "right")
+        )
         for x, y in zip(limits, values):
             ax.annotate(human(y), (x, y), textcoords="offset points", xytext=offset, ha=align, fontsize=8, color=colour)
     targets = data.get("gcra_targets") or {}
     if targets:
         cell = {row[0]: row[1]["cell"] for row in rows}
         xs = [x for x in limits if str(x) in targets]
-        ax.plot(xs, [targets[str(x)] * cell[x] for x in xs], linestyle="none", marker="_", markersize=14,
-                markeredgewidth=2, color="#1f77b4", alpha=0.6,
-                label="compact target: %s x redis-cell" % " / ".join("%g" % targets[str(x)] for x in xs))
+        ax.plot(
+            xs,
+            [targets[str(x)] * cell[x] for x in xs],
+            linestyle="none",
+            marker="_",
+            markersize=14,
+            markeredgewidth=2,
+            color="#1f77b4",
+            alpha=0.6,
+            label="compact target: %s x redis-cell" % " / ".join("%g" % targets[str(x)] for x in xs),
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(limits[0] / 2.2, limits[-1] * 2.2)
@@ -98,8 +108,14 @@ def main():
     fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 5.2), dpi=110, gridspec_kw={"width_ratios": [1.25, 1]})
     memory_panel(left, data)
     refund_panel(right, data)
-    fig.text(0.99, 0.01, "make bench, %s, xcloak %s, %s" % (data["server"], data["commit"], data["date"]),
-             ha="right", fontsize=7, color="#777777")
+    fig.text(
+        0.99,
+        0.01,
+        "make bench, %s, xcloak %s, %s" % (data["server"], data["commit"], data["date"]),
+        ha="right",
+        fontsize=7,
+        color="#777777",
+    )
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     fig.savefig(sys.argv[2])
 
