@@ -50,13 +50,13 @@ sync-lua:
 FAULT_REPS ?= 3
 faults: build
 	@scripts/ensure-deps.sh redis-sentinel ip:iproute2
-	XCLOAK_FAULT_REPS=$(FAULT_REPS) $(CARGO) test --test faults -- --ignored faults_full --nocapture --test-threads=1
+	XCLOAK_FAULT_REPS=$(FAULT_REPS) $(CARGO) test --test integration -- --ignored --exact faults::faults_full --nocapture --test-threads=1
 
 # Its CI subset (about 2 minutes): durable mode loses nothing acknowledged on kill -9
 # and a forced cluster failover; a partition over-admits in plain mode, not in durable.
 faults-ci: build
 	@scripts/ensure-deps.sh redis-sentinel ip:iproute2
-	$(CARGO) test --test faults -- --ignored faults_ci --nocapture --test-threads=1
+	$(CARGO) test --test integration -- --ignored --exact faults::faults_ci --nocapture --test-threads=1
 
 # A dev build with the test-only `fault-injection` feature, for tests/panic_safety.rs
 # (copied aside: a plain `cargo test` rebuilds target/debug/libxcloak.so without it).
@@ -75,7 +75,7 @@ fault-module: deps
 # and the Valkey 9.1.2 wheel (malloc=libc); the Redis 6.2.5 and 8.2.3 wheels
 # link jemalloc in and are refused. VALGRIND_MATRIX= picks (names as
 # scripts/fetch-servers.sh prints them). Logs in target/valgrind/NAME/.
-VALGRIND_TESTS := --test memcheck --test hostile_restore
+VALGRIND_TESTS := memcheck:: hostile_restore::
 VALGRIND_MATRIX ?= redis-7.0.15 valkey-9.1.2
 test-valgrind: build fault-module
 	@scripts/ensure-deps.sh valgrind
@@ -84,7 +84,7 @@ test-valgrind: build fault-module
 	    echo "== test-valgrind: $$name ($$binary)"; start=$$(date +%s); \
 	    rm -rf target/valgrind/$$name && mkdir -p target/valgrind/$$name; \
 	    XCLOAK_SERVER=$$binary XCLOAK_VALGRIND=$(CURDIR)/target/valgrind/$$name \
-	        $(CARGO) test $(VALGRIND_TESTS) -- --test-threads=2 --nocapture </dev/null || exit 1; \
+	        $(CARGO) test --test integration -- $(VALGRIND_TESTS) --test-threads=2 --nocapture </dev/null || exit 1; \
 	    echo "== test-valgrind: $$name: $$(ls target/valgrind/$$name | wc -l) valgrind logs checked, no memory error, no leak through libxcloak ($$(( $$(date +%s) - start ))s)"; \
 	done <<< "$$servers"
 

@@ -6,7 +6,7 @@
 //! Timing: no assertion depends on how fast the machine is. TTLs are checked
 //! against the server's own `TIME` taken right before and after the call, so
 //! the bounds are exact; only the leak test waits, bounded, for active expiry.
-mod common;
+use crate::common;
 use common::*;
 
 use std::collections::BTreeSet;

@@ -2,7 +2,7 @@
 //! built with `redis-cli --cluster create`, the module on every node):
 //! routing by key with the `redis` crate's cluster client and `redis-cli -c`,
 //! hash tags, and live resharding under load.
-mod common;
+use crate::common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! settings, and a window of 1,000,000 entries.
 //!
 //! Windows are long (an hour), so no key expires while a test runs.
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -13,7 +13,7 @@
 //!   acknowledged removing;
 //! - the old primary, now a replica, ends identical (DEBUG DIGEST), and the
 //!   new primary continues every window.
-mod common;
+use crate::common;
 use common::*;
 
 use std::collections::BTreeMap;

@@ -10,7 +10,7 @@
 //!   be lost, and those are the only slack;
 //! - entries written after the promotion add to the earlier ones, never
 //!   overwrite them: ZCARD == entries at promotion + admissions after.
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Hostile input: every malformed call is an error that names the problem,
 //! changes nothing (`DEBUG DIGEST`), and leaves the server up.
-mod common;
+use crate::common;
 use common::*;
 
 use proptest::prelude::*;

@@ -8,7 +8,7 @@
 //! Each call runs in MULTI with a PTTL and a PERSIST of its key: the TTL is
 //! checked, then removed, so a key can never expire by the wall clock in the
 //! middle of a sequence that runs on simulated `NOW` time.
-mod common;
+use crate::common;
 use common::*;
 
 use proptest::prelude::*;

@@ -8,7 +8,7 @@
 //!
 //! Windows are long (the key's TTL is server time + window + 1000 ms), so no key
 //! expires while a test runs.
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 

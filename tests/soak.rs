@@ -12,7 +12,7 @@
 //! The clients' own tally of admitted units per key must equal the stream's,
 //! so no admission escapes the check, and the entries still stored at the end
 //! must all be ones the stream announced.
-mod common;
+use crate::common;
 use common::*;
 
 use std::collections::{HashMap, HashSet};

@@ -45,6 +45,21 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// The dev build with the test-only `fault-injection` feature (`make
+/// fault-module`, which `make test` runs): `$XCLOAK_FAULT_MODULE`, else
+/// `target/fault/libxcloak.so`. Missing, it fails the test that needs it.
+pub fn fault_module() -> PathBuf {
+    let path = std::env::var_os("XCLOAK_FAULT_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fault/libxcloak.so"));
+    assert!(
+        path.exists(),
+        "fault-injection module not built at {} (run `make fault-module`, which `make test` does)",
+        path.display()
+    );
+    path
+}
+
 /// The server binary's `--version` line, read once per test process.
 fn version_line() -> &'static str {
     static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -131,6 +146,9 @@ pub struct ServerConfig {
     /// Run inside this network namespace, also bound to this address
     /// (`in_host`); clients then reach the server there.
     pub netns: Option<(String, String)>,
+    /// Environment variables of the server process only (the test process's
+    /// environment is shared by every test running in it).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ServerConfig {
@@ -140,6 +158,7 @@ impl Default for ServerConfig {
             module_args: Vec::new(),
             extra: Vec::new(),
             netns: None,
+            env: Vec::new(),
         }
     }
 }
@@ -154,6 +173,10 @@ impl ServerConfig {
             module: false,
             ..Default::default()
         }
+    }
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_string(), value.to_string()));
+        self
     }
     pub fn module_args(mut self, args: &[&str]) -> Self {
         self.module_args = args.iter().map(|s| s.to_string()).collect();
@@ -353,6 +376,7 @@ impl Server {
         command.args(&program[1..]);
         command
             .args(self.command_line())
+            .envs(self.config.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
