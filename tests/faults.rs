@@ -30,7 +30,6 @@ mod checker;
 mod history;
 mod load;
 mod report;
-mod resp;
 mod scenarios;
 mod snapshots;
 
