@@ -274,8 +274,8 @@ fn fill(server: &Server) -> (Snapshot, BTreeMap<String, i64>, Written) {
         "both member forms present"
     );
     let expiry = expiries(&mut conn, &before);
-    // A re-run on a later clock would show: let the clock move on.
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    // A re-run on a later clock would show: let the server's clock move on.
+    server.with(|c| wait_server_clock(c, 5));
     (before, expiry, written)
 }
 
@@ -343,7 +343,7 @@ fn aof_after_bgrewriteaof_restores_every_window_exactly() {
         server.with(|c| expiries(c, &before)["after-rewrite"]),
     );
     assert_no_command_logged(&server.dir);
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    server.with(|c| wait_server_clock(c, 5));
     server.restart();
     check_after_restart(&server, &before, &expiry, &written);
 }

@@ -459,6 +459,20 @@ impl Server {
         format!("{}:{}", self.host, self.port)
     }
 
+    /// The CPU time the server process has used so far (user + system, in
+    /// milliseconds, at the kernel's clock-tick resolution). An idle server
+    /// uses next to none: growth means it is executing something.
+    pub fn cpu_ms(&self) -> u64 {
+        let pid = self.pid().expect("server running");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+        // After the command name in parentheses: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..].split(' ').collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        // SAFETY: sysconf only reads a constant of the system.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        ticks * 1000 / per_second
+    }
+
     /// Sends `signal` (e.g. `libc::SIGSTOP`, `libc::SIGCONT`) to the server.
     pub fn signal(&self, signal: i32) {
         let pid = self.pid().expect("the server runs");
@@ -736,6 +750,20 @@ pub fn wait_replicated(primary: &Server, replica: &Server) {
         replication(replica).unwrap_or_default(),
         replica.log()
     );
+}
+
+/// The server's clock (`TIME`), in milliseconds.
+pub fn server_time_ms(conn: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Returns once the server's clock has moved `ms` milliseconds on from now
+/// (what a later call stamps or re-arms then differs from what it did before).
+pub fn wait_server_clock(conn: &mut Connection, ms: i64) {
+    let start = server_time_ms(conn);
+    let moved = eventually(Duration::from_secs(10), || server_time_ms(conn) >= start + ms);
+    assert!(moved, "the server's clock did not move {ms} ms on in 10 s");
 }
 
 /// Polls `check` until it returns true or `timeout` passes.
