@@ -38,6 +38,7 @@ mod fixtures;
 mod grammar;
 mod hostile;
 mod hostile_restore;
+mod hygiene;
 mod lua_fallback;
 mod memcheck;
 mod memory;
