@@ -307,7 +307,7 @@ fn live_resharding_keeps_every_window_and_over_admits_nothing() {
                         n = n.wrapping_mul(1_103_515_245).wrapping_add(12_345) % (1 << 31);
                         let key = &all[n % all.len()];
                         tally.calls += 1;
-                        if n % 5 == 0 {
+                        if n.is_multiple_of(5) {
                             let details =
                                 peek(&mut conn, key, limit_of(key)).unwrap_or_else(|e| panic!("PEEK {key}: {e}"));
                             assert!(details[2] >= 0 && details[2] <= limit_of(key));

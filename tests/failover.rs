@@ -335,7 +335,7 @@ fn promoting_a_replica_under_load_loses_no_window_and_over_admits_nothing() {
             c.admitted_after
         );
         assert_eq!(end.len() as i64, limit, "{key}: full, and not beyond its limit");
-        if before.len() > 0 && c.admitted_after > 0 {
+        if !before.is_empty() && c.admitted_after > 0 {
             spanning += 1;
         }
         if key.starts_with("span:") {

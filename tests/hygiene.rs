@@ -230,3 +230,23 @@ fn every_test_file_is_a_module_of_the_suite() {
     );
     assert!(declared.contains(&"hygiene") && declared.contains(&"common"));
 }
+
+/// `make test-matrix` runs the modules of tests/matrix.list on the other
+/// servers: a name that is no module of the suite would silently run nothing.
+#[test]
+fn the_matrix_list_names_modules_of_the_suite() {
+    let main = std::fs::read_to_string(repo().join("tests/main.rs")).unwrap();
+    let list = std::fs::read_to_string(repo().join("tests/matrix.list")).unwrap();
+    let names: Vec<&str> = list
+        .lines()
+        .map(|l| l.split('#').next().unwrap().trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert!(names.len() >= 10, "tests/matrix.list names {} modules", names.len());
+    for name in names {
+        assert!(
+            main.lines().any(|l| l == format!("mod {name};")),
+            "tests/matrix.list names {name}, which is no module of tests/main.rs"
+        );
+    }
+}

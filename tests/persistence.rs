@@ -149,7 +149,7 @@ fn assert_no_command_logged(dir: &Path) {
             for entry in std::fs::read_dir(path).unwrap() {
                 walk(&entry.unwrap().path(), found);
             }
-        } else if path.extension().map_or(false, |e| e != "log") {
+        } else if path.extension().is_some_and(|e| e != "log") {
             let bytes = std::fs::read(path).unwrap_or_default();
             if bytes.windows(6).any(|w| w.eq_ignore_ascii_case(b"XCLOAK")) {
                 found.push(path.display().to_string());
