@@ -22,9 +22,11 @@ gate() {
     summary+=$(printf '%-22s %-7s %4ss' "$name" "$status" $(( SECONDS - start )))$'\n'
 }
 
+# A workspace package named xcloak-core. Its id is "path+file:///DIR#xcloak-core@V",
+# or "path+file:///.../xcloak-core#V" when its folder has the package's name.
 has_core() {
     $CARGO metadata --format-version 1 --no-deps 2>/dev/null \
-        | python3 -c 'import json, sys; sys.exit(0 if any(p["name"] == "xcloak-core" for p in json.load(sys.stdin)["packages"]) else 1)'
+        | grep -qE '"id":"path\+file://[^"]*(#xcloak-core@|/xcloak-core#)'
 }
 
 gate clippy $CARGO clippy --workspace --all-targets --all-features -- -D warnings
