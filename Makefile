@@ -112,20 +112,36 @@ unit:
 # binaries outside the repo ($$XCLOAK_SERVERS_CACHE, default ~/.cache/xcloak-servers);
 # the tests take the server from $$XCLOAK_SERVER. MATRIX= picks servers (names as
 # printed by the script); MATRIX_TESTS=all runs every file instead of the list.
+# MATRIX_PARALLEL=1 runs the servers at the same time (each its own test process
+# and ports; most of a run is waiting on servers, not CPU); CI does.
 # Logs: target/test-matrix/NAME.log; a summary at the end.
 MATRIX ?=
 MATRIX_TESTS ?= $(shell sed -e 's/\#.*//' tests/matrix.list)
+MATRIX_PARALLEL ?=
 MATRIX_FILTER = $(if $(filter all,$(MATRIX_TESTS)),,$(addsuffix ::,$(MATRIX_TESTS)))
 test-matrix: build fault-module
 	@set -o pipefail; servers=$$(scripts/fetch-servers.sh $(MATRIX)) || exit 1; \
-	mkdir -p target/test-matrix; summary=""; failed=0; \
+	mkdir -p target/test-matrix; $(CARGO) test --no-run --test integration 2>&1 | tail -1; \
+	run() { \
+	    local name=$$1 start=$$(date +%s) status=passed; \
+	    if [ "$(MATRIX_PARALLEL)" = 1 ]; then \
+	        XCLOAK_SERVER=$$2 $(CARGO) test --no-fail-fast --test integration -- $(MATRIX_FILTER) --test-threads=2 </dev/null >target/test-matrix/$$name.log 2>&1 || status=FAILED; \
+	    else \
+	        XCLOAK_SERVER=$$2 $(CARGO) test --no-fail-fast --test integration -- $(MATRIX_FILTER) --test-threads=2 </dev/null 2>&1 | tee target/test-matrix/$$name.log || status=FAILED; \
+	    fi; \
+	    printf '%-14s %-7s %4ss\n' $$name $$status $$(( $$(date +%s) - start )) >target/test-matrix/$$name.status; \
+	}; \
 	while read -r name binary; do \
-	    echo "== test-matrix: $$name ($$binary)"; start=$$(date +%s); \
-	    if XCLOAK_SERVER=$$binary $(CARGO) test --no-fail-fast --test integration -- $(MATRIX_FILTER) --test-threads=2 </dev/null 2>&1 | tee target/test-matrix/$$name.log; \
-	    then status=passed; else status=FAILED; failed=1; fi; \
-	    summary="$$summary$$(printf '%-14s %-7s %4ss' $$name $$status $$(( $$(date +%s) - start )))\n"; \
+	    echo "== test-matrix: $$name ($$binary)"; rm -f target/test-matrix/$$name.status; \
+	    if [ "$(MATRIX_PARALLEL)" = 1 ]; then run $$name $$binary & else run $$name $$binary; fi; \
+	done <<< "$$servers"; wait; \
+	echo "== test-matrix summary"; failed=0; \
+	while read -r name binary; do \
+	    cat target/test-matrix/$$name.status 2>/dev/null || echo "$$name: no status"; \
+	    grep -q ' passed ' target/test-matrix/$$name.status 2>/dev/null || failed=1; \
 	done <<< "$$servers"; \
-	echo "== test-matrix summary"; printf "$$summary"; exit $$failed
+	if [ "$(MATRIX_PARALLEL)" = 1 ] && [ $$failed = 1 ]; then grep -h -B2 -A20 'panicked\|FAILED' target/test-matrix/*.log | head -200; fi; \
+	exit $$failed
 
 # The release: target/dist/xcloak-<version>-linux-x86_64.tar.gz (+ .sha256), its
 # libxcloak.so built for glibc 2.17 with cargo-zigbuild and zig, which
