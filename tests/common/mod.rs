@@ -479,9 +479,8 @@ impl Server {
         // After the command name in parentheses: state is field 3, utime 14, stime 15.
         let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..].split(' ').collect();
         let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-        // SAFETY: sysconf only reads a constant of the system.
-        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        ticks * 1000 / per_second
+        // In USER_HZ, which Linux fixes at 100 for userspace (sysconf(_SC_CLK_TCK)).
+        ticks * 10
     }
 
     /// Sends `signal` (e.g. `libc::SIGSTOP`, `libc::SIGCONT`) to the server.
