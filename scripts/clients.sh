@@ -2,6 +2,9 @@
 # Runs one action in every client package under clients/ (docs/clients.md):
 #   scripts/clients.sh test         clients/<lang>/test.sh: the package's whole suite
 #                                   against real servers it starts (make test-clients)
+#   scripts/clients.sh lint         clients/<lang>/lint.sh: the ecosystem's linters and type
+#                                   checkers (ruff+mypy, go vet+staticcheck, tsc+eslint,
+#                                   clippy), failing on any finding (make lint)
 #   scripts/clients.sh dist DIR     clients/<lang>/dist.sh DIR: its artifact into DIR (make dist)
 #   scripts/clients.sh dist-check DIR
 #                                   clients/<lang>/dist-check.sh DIR: installs the artifact
@@ -13,7 +16,7 @@
 # exit status is 1 if any package failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-action=${1:?usage: scripts/clients.sh test|dist DIR|dist-check DIR}
+action=${1:?usage: scripts/clients.sh test|lint|dist DIR|dist-check DIR}
 shift
 export XCLOAK_REPO=$PWD
 export XCLOAK_MODULE=${XCLOAK_MODULE:-$PWD/target/release/libxcloak.so}

@@ -1,6 +1,6 @@
 //! Access control: key patterns and per-command rules apply to XCLOAK.* exactly
 //! as to built-in commands (key position 1; ALLOW writes, PEEK reads).
-mod common;
+use crate::common;
 use common::*;
 
 use redis::{Connection, Value};

@@ -6,7 +6,7 @@
 //! Timing: no assertion depends on how fast the machine is. TTLs are checked
 //! against the server's own `TIME` taken right before and after the call, so
 //! the bounds are exact; only the leak test waits, bounded, for active expiry.
-mod common;
+use crate::common;
 use common::*;
 
 use std::collections::BTreeSet;
@@ -164,8 +164,11 @@ fn a_busy_key_re_arms_its_expiry_at_most_every_500_ms() {
         );
     }
 
-    // 600 ms later the expiry is within window + 400: the next admission re-arms it.
-    std::thread::sleep(Duration::from_millis(600));
+    // Once the expiry is within window + 400 (about 600 ms later), the next admission re-arms it.
+    let closer = eventually(Duration::from_secs(10), || {
+        int(&mut conn, &["PTTL", "busy"]) <= window + 400
+    });
+    assert!(closer, "the TTL of busy did not fall to window + 400");
     let (allowed, before, after, _, pttl, _) = allow_with_clock(&mut conn, &["busy", &w, "1000"]);
     assert_eq!(allowed, 1);
     let rearmed = absolute_expiry(&mut conn, "busy");
@@ -193,7 +196,7 @@ fn rejection_keeps_the_ttl_and_an_empty_window_leaves_no_key() {
     let (allowed, ..) = allow_with_clock(&mut conn, &["rej:clock", "60000", "1"]);
     assert_eq!(allowed, 1);
     let expiry_before = absolute_expiry(&mut conn, "rej:clock");
-    std::thread::sleep(Duration::from_millis(30));
+    wait_server_clock(&mut conn, 30);
     for _ in 0..3 {
         assert_eq!(int(&mut conn, &["XCLOAK.ALLOW", "rej:clock", "60000", "1"]), 0);
     }
@@ -211,7 +214,7 @@ fn rejection_keeps_the_ttl_and_an_empty_window_leaves_no_key() {
         1
     );
     let expiry_before = absolute_expiry(&mut conn, "rej:now");
-    std::thread::sleep(Duration::from_millis(30));
+    wait_server_clock(&mut conn, 30);
     assert_eq!(
         int(&mut conn, &["XCLOAK.ALLOW", "rej:now", "1000", "1", "NOW", "2100"]),
         0

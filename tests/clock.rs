@@ -6,7 +6,7 @@
 //! Claims (docs/hardening.md): retry_after_ms and reset_after_ms are never
 //! negative; no entry still inside the window is removed; entries stamped
 //! "in the future" after a step back keep counting until they leave.
-mod common;
+use crate::common;
 use common::*;
 
 use std::path::PathBuf;
@@ -14,18 +14,16 @@ use std::process::Command;
 
 struct Clock {
     file: PathBuf,
-    _serial: std::sync::MutexGuard<'static, ()>,
+    shim: PathBuf,
 }
 
-/// The environment is process-wide: tests that shift a clock run one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 impl Clock {
-    /// Builds the shim and makes every server started afterwards by this test
-    /// process load it (until the returned guard is dropped, no other test here runs).
+    /// Builds the shim and a clock file of this test's own (tests run in
+    /// parallel in one process, so nothing goes through the process's environment).
     fn install() -> Clock {
-        let serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let dir = std::env::temp_dir().join(format!("xcloak-clock-{}", std::process::id()));
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("xcloak-clock-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let shim = dir.join("shim.so");
         let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clock/shim.c");
@@ -35,13 +33,20 @@ impl Clock {
             .arg(&shim)
             .arg(source)
             .status()
-            .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
+            .unwrap_or_else(|e| panic!("{cc}: {e}"));
         assert!(status.success(), "compiling {source} failed");
         let file = dir.join("offset-ms");
         std::fs::write(&file, "0").unwrap();
-        std::env::set_var("LD_PRELOAD", &shim);
-        std::env::set_var("XCLOAK_CLOCK_FILE", &file);
-        Clock { file, _serial: serial }
+        Clock { file, shim }
+    }
+
+    /// A server (with the module) whose wall clock this clock shifts: the shim
+    /// is preloaded into it alone.
+    fn server(&self) -> Server {
+        ServerConfig::default()
+            .env("LD_PRELOAD", &self.shim.display().to_string())
+            .env("XCLOAK_CLOCK_FILE", &self.file.display().to_string())
+            .start()
     }
 
     /// Sets the server clock to real time + `offset_ms`, and waits until the
@@ -95,7 +100,7 @@ fn with_pttl(conn: &mut redis::Connection, call: redis::Cmd, key: &str) -> (Vec<
 #[test]
 fn a_server_clock_stepping_back_and_forth() {
     let clock = Clock::install();
-    let server = Server::start();
+    let server = clock.server();
     let mut conn = server.client();
     let (window, limit) = (3_000, 3);
 
@@ -147,7 +152,7 @@ fn a_server_clock_stepping_back_and_forth() {
 #[test]
 fn a_step_back_does_not_expire_live_entries_early() {
     let clock = Clock::install();
-    let server = Server::start();
+    let server = clock.server();
     let mut conn = server.client();
     let first = details(&mut conn, "XCLOAK.ALLOW", "k", 3_000, 3);
     assert_eq!(first[0], 1);
@@ -167,7 +172,7 @@ fn a_step_back_does_not_expire_live_entries_early() {
 fn the_lua_fallback_does_not_expire_live_entries_early_either() {
     const FALLBACK: &str = include_str!("../src/lua/xcloak_allow.lua");
     let clock = Clock::install();
-    let server = Server::start();
+    let server = clock.server();
     let mut conn = server.client();
     let eval = || {
         redis::cmd("EVAL")

@@ -2,9 +2,9 @@
 //! built with `redis-cli --cluster create`, the module on every node):
 //! routing by key with the `redis` crate's cluster client and `redis-cli -c`,
 //! hash tags, and live resharding under load.
-mod common;
+use crate::common;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
@@ -291,11 +291,14 @@ fn live_resharding_keeps_every_window_and_over_admits_nothing() {
     }
 
     let stop = AtomicBool::new(false);
+    // Calls answered so far, by every worker: the resharding starts once calls
+    // flow, and the workers stop once calls have flowed after it too.
+    let answered = AtomicU64::new(0);
     let deadline = Instant::now() + Duration::from_secs(300);
     let (tallies, reshards) = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..3)
             .map(|t| {
-                let (stop, all, cluster) = (&stop, &all, &cluster);
+                let (stop, all, cluster, answered) = (&stop, &all, &cluster, &answered);
                 scope.spawn(move || {
                     let mut conn = cluster.client();
                     let mut tally = Tally::default();
@@ -304,22 +307,30 @@ fn live_resharding_keeps_every_window_and_over_admits_nothing() {
                         n = n.wrapping_mul(1_103_515_245).wrapping_add(12_345) % (1 << 31);
                         let key = &all[n % all.len()];
                         tally.calls += 1;
-                        if n % 5 == 0 {
+                        if n.is_multiple_of(5) {
                             let details =
                                 peek(&mut conn, key, limit_of(key)).unwrap_or_else(|e| panic!("PEEK {key}: {e}"));
                             assert!(details[2] >= 0 && details[2] <= limit_of(key));
+                            answered.fetch_add(1, Ordering::SeqCst);
                             continue;
                         }
                         let reply = allow(&mut conn, key, limit_of(key))
                             .unwrap_or_else(|e| panic!("ALLOW {key} during resharding: {e}"));
                         *tally.admitted.entry(key.clone()).or_default() += reply;
+                        answered.fetch_add(1, Ordering::SeqCst);
                     }
                     tally
                 })
             })
             .collect();
 
-        std::thread::sleep(Duration::from_millis(300));
+        // Calls flow through every worker's client before the first slot moves.
+        let flowing = |since: u64| {
+            eventually(Duration::from_secs(60), || {
+                answered.load(Ordering::SeqCst) >= since + 50 || workers.iter().any(|w| w.is_finished())
+            })
+        };
+        assert!(flowing(0), "no calls answered before the resharding");
         let seed = format!("127.0.0.1:{}", cluster.nodes[first].port);
         let slots = MOVED_SLOTS.to_string();
         let mut reshards = Vec::new();
@@ -348,8 +359,10 @@ fn live_resharding_keeps_every_window_and_over_admits_nothing() {
             cluster.wait_ok();
             reshards.push((moved, started.elapsed() - moved));
         }
-        std::thread::sleep(Duration::from_millis(300));
+        // And after the last move, calls against the new layout.
+        let flowed = flowing(answered.load(Ordering::SeqCst));
         stop.store(true, Ordering::SeqCst);
+        assert!(flowed, "no calls answered after the resharding");
         let tallies: Vec<Tally> = workers.into_iter().map(|w| w.join().unwrap()).collect();
         (tallies, reshards)
     });

@@ -9,7 +9,7 @@
 //! A mutant of the module or of a script (a retry_after off by one, a tie
 //! broken the other way, a refund that removes one entry too many) changes a
 //! recorded reply and fails here, on the form or the fallback it touches.
-mod common;
+use crate::common;
 use common::*;
 
 use redis::{Connection, Value};

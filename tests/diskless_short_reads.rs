@@ -19,7 +19,7 @@
 //! unchanged); with `on-empty-db` nothing. Then one transfer is let through:
 //! the replica ends identical to the primary (DEBUG DIGEST) and follows its
 //! writes.
-mod common;
+use crate::common;
 use common::*;
 
 use std::io::{Read, Write};

@@ -13,7 +13,7 @@
 //!   acknowledged removing;
 //! - the old primary, now a replica, ends identical (DEBUG DIGEST), and the
 //!   new primary continues every window.
-mod common;
+use crate::common;
 use common::*;
 
 use std::collections::BTreeMap;
@@ -137,10 +137,14 @@ fn failover_under_load(config: ServerConfig) {
         primary.log(),
         replica.log()
     );
-    // Every client meets READONLY on the old primary by itself; the flag
-    // only ends a client that happened to stop calling writes.
-    std::thread::sleep(Duration::from_millis(200));
+    // Every client calls a write each turn, so each meets READONLY on the
+    // old primary and ends by itself; the flag only stops the others if not.
+    let ended = eventually(Duration::from_secs(30), || clients.iter().all(|c| c.is_finished()));
     stop.store(true, Ordering::Relaxed);
+    assert!(
+        ended,
+        "a client still called the old primary 30 s after the roles swapped"
+    );
     let mut acknowledged: BTreeMap<String, i64> = BTreeMap::new();
     let mut calls = 0;
     for client in clients {

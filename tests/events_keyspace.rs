@@ -13,7 +13,7 @@
 //!   lazyfree thread; the server stays up and new windows start empty.
 //! - Both forms reply the same to every call, and the replica ends
 //!   identical (DEBUG DIGEST covers every database).
-mod common;
+use crate::common;
 use common::*;
 
 use std::time::Duration;

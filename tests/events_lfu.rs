@@ -12,7 +12,7 @@
 //!   attack, must be the last to go.
 //!
 //! The evictions are read from the server's own `evicted_keys`.
-mod common;
+use crate::common;
 use common::*;
 
 use redis::Connection;

@@ -9,7 +9,7 @@
 //! Pinned on the primary (docs/design.md): an admission `zadd` (and
 //! `expire` when the expiry is re-armed), a trim `zremrangebyscore`, a
 //! refund `zrem`, an emptied window `del`, a rejection and a PEEK nothing.
-mod common;
+use crate::common;
 use common::resp::Raw;
 use common::*;
 

@@ -14,7 +14,7 @@
 //! A paused call is known to be waiting from `CLIENT LIST` (its client is
 //! flagged `b`, blocked), not from a timer; PEEKs sent after it then show
 //! the window untouched.
-mod common;
+use crate::common;
 use common::resp::{Raw, Resp};
 use common::*;
 

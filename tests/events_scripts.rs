@@ -13,7 +13,7 @@
 //! - Where a script may not write, the server refuses ALLOW before the module
 //!   runs, and PEEK answers: EVAL_RO / FCALL_RO, and a script declared
 //!   `#!lua flags=no-writes` (7.0+).
-mod common;
+use crate::common;
 use common::resp::{Raw, Resp};
 use common::*;
 

@@ -9,7 +9,7 @@
 //! each call the test invalidates a marker key the reader also tracks, so
 //! whether the window's invalidation came is read deterministically: it is
 //! before the marker's, or it is not there.
-mod common;
+use crate::common;
 use common::resp::{Raw, Resp};
 use common::*;
 

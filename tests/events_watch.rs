@@ -17,7 +17,7 @@
 //! opens its key for writing before it decides. The module now tells the
 //! server itself which calls modified the key
 //! (`REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED`).
-mod common;
+use crate::common;
 use common::*;
 
 use redis::{Connection, Value};

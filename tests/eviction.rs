@@ -8,7 +8,7 @@
 //! and Valkey let it read the key before it goes, so both forms are counted;
 //! Redis 6.2 and 7.0 only say which key went, afterwards, and the module can
 //! then recognise compact windows only (`xcloak_evicted_forms:compact`).
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 
 use common::*;

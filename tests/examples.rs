@@ -10,7 +10,7 @@
 //! Python, Node and Go dependencies install on first use (`scripts/example-deps.sh`:
 //! PyPI and npm into the examples' git-ignored folders, Go modules from the Go
 //! module proxy).
-mod common;
+use crate::common;
 use common::cluster::Cluster;
 use common::*;
 

@@ -10,7 +10,7 @@
 //!   be lost, and those are the only slack;
 //! - entries written after the promotion add to the earlier ones, never
 //!   overwrite them: ZCARD == entries at promotion + admissions after.
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -335,7 +335,7 @@ fn promoting_a_replica_under_load_loses_no_window_and_over_admits_nothing() {
             c.admitted_after
         );
         assert_eq!(end.len() as i64, limit, "{key}: full, and not beyond its limit");
-        if before.len() > 0 && c.admitted_after > 0 {
+        if !before.is_empty() && c.admitted_after > 0 {
             spanning += 1;
         }
         if key.starts_with("span:") {

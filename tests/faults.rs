@@ -14,7 +14,7 @@
 //! admissions per key and window, against the limit, and whether the node
 //! that serves a key after the fault holds each acknowledged admission.
 //!
-//! - `cargo test --test faults`: the checker's own tests and the WAIT checks
+//! - `cargo test --test integration -- faults::`: the checker's own tests and the WAIT checks
 //!   (seconds; part of `make test` and of the matrix);
 //! - `make faults-ci`: a short run that asserts what the durable mode
 //!   promises (about 2 minutes, in CI);
@@ -22,19 +22,24 @@
 //!   writes it to `target/faults/report.md` (`XCLOAK_FAULT_REPS`, default 3,
 //!   sets how many times each fault is injected; `XCLOAK_FAULT_ONLY=text`
 //!   runs only the runs whose label contains `text`, e.g. `cluster, zset`).
-mod common;
+use crate::common;
 
-#[path = "faults/mod.rs"]
-mod faults;
+// The harness (tests/faults/): the load and its history, the snapshots, the
+// faults, the checker and the report.
+mod checker;
+mod history;
+mod load;
+mod report;
+mod scenarios;
+mod snapshots;
 
 use std::time::{Duration, Instant};
 
+use checker::{check, summarize};
 use common::*;
-use faults::checker::{check, summarize};
-use faults::history::Outcome;
-use faults::load::{Load, LoadConfig, Mode, Topology};
-use faults::report;
-use faults::scenarios::{run, Fault, Form, RunResult, RunSpec};
+use history::Outcome;
+use load::{Load, LoadConfig, Mode, Topology};
+use scenarios::{run, Fault, Form, RunResult, RunSpec};
 
 fn load_config(mode: Mode) -> LoadConfig {
     LoadConfig {
@@ -536,7 +541,7 @@ fn durable_cost_table() -> String {
     out
 }
 
-/// The cost table alone: `cargo test --test faults -- --ignored durable_cost --nocapture`.
+/// The cost table alone: `cargo test --test integration -- --ignored faults::durable_cost --nocapture`.
 #[test]
 #[ignore = "a benchmark: make faults runs it"]
 fn durable_cost() {

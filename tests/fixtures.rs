@@ -34,7 +34,7 @@
 //! `XCLOAK.APPLY` effect of 0.1.0 no longer understood (`L`, `T`, `R`, `A`,
 //! `E`), a loaded window that answers differently (counts, retry, reset), a
 //! lost expiry, or a save of a loaded window that does not load back.
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

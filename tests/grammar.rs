@@ -12,7 +12,7 @@
 //! a 17th tier accepted, a write before validation, a reply shaped differently
 //! in RESP3 (a map, a boolean, a double).
 
-mod common;
+use crate::common;
 use common::*;
 
 use redis::{Connection, Value};

@@ -1,6 +1,6 @@
 //! Hostile input: every malformed call is an error that names the problem,
 //! changes nothing (`DEBUG DIGEST`), and leaves the server up.
-mod common;
+use crate::common;
 use common::*;
 
 use proptest::prelude::*;
@@ -67,13 +67,16 @@ fn line(command: &[u8], words: &[&[u8]]) -> Vec<Vec<u8>> {
 }
 
 /// (command, arguments after the name, text the error must contain)
+/// A command, its arguments and the error text it must get.
+type Case<'a> = (&'a [u8], &'a [&'a [u8]], &'a str);
+
 fn cases() -> Vec<(Vec<Vec<u8>>, &'static str)> {
     let arity = "wrong number of arguments";
     let w = "window must be an integer from 1 to 9007199254740991";
     let l = "limit must be an integer from 0 to 1000000";
     let c = "COST must be an integer from 1 to 1000000";
     let n = "NOW must be an integer from 0 to 9007199254740991";
-    let t: &[(&[u8], &[&[u8]], &str)] = &[
+    let t: &[Case] = &[
         // Arity, both commands.
         (ALLOW, &[], arity),
         (ALLOW, &[b"k"], arity),

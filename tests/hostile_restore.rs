@@ -33,7 +33,7 @@
 //! Every case runs on two servers, `sanitize-dump-payload no` (the default)
 //! and `yes`, and must give the same outcome on both: the server's deep
 //! sanitization knows only core encodings, so the module validates by itself.
-mod common;
+use crate::common;
 use common::*;
 
 use redis::{Connection, Value};

@@ -8,7 +8,7 @@
 //! Each call runs in MULTI with a PTTL and a PERSIST of its key: the TTL is
 //! checked, then removed, so a key can never expire by the wall clock in the
 //! middle of a sequence that runs on simulated `NOW` time.
-mod common;
+use crate::common;
 use common::*;
 
 use proptest::prelude::*;
@@ -1128,12 +1128,22 @@ fn an_admission_slower_than_its_window_replies_like_the_command() {
             .to_vec();
         let mut conn = server.client();
         let (sha, key2, args2) = (sha.clone(), key.clone(), args.clone());
+        let idle_cpu = server.cpu_ms();
         let call_thread = std::thread::spawn(move || call(&mut conn, via, &sha, &key2, &args2));
-        std::thread::sleep(Duration::from_millis(150));
+        // Stop the server once it is inside the call: it has spent CPU on it
+        // (an idle server spends next to none) and the call has not answered.
+        let busy = eventually(Duration::from_secs(30), || {
+            server.cpu_ms() >= idle_cpu + 50 || call_thread.is_finished()
+        });
+        assert!(
+            busy && !call_thread.is_finished(),
+            "{via:?}: the call ended before the server was stopped"
+        );
         let stop = std::process::Command::new("kill")
             .args(["-STOP", &pid])
             .status()
             .unwrap();
+        // The fault itself: the server stays stopped for 1.5 s mid-call.
         std::thread::sleep(Duration::from_millis(1500));
         let cont = std::process::Command::new("kill")
             .args(["-CONT", &pid])

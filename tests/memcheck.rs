@@ -20,10 +20,9 @@
 //! handler (the fault-injection build), unwound and answered.
 //! The hostile RESTORE corpus is tests/hostile_restore.rs, which
 //! `make test-valgrind` runs under valgrind too.
-mod common;
+use crate::common;
 use common::*;
 
-use std::path::Path;
 use std::time::Duration;
 
 use redis::{Connection, Value};
@@ -431,13 +430,7 @@ fn every_kind_of_call_on_compact_windows() {
 /// `make fault-module`): its unwinding frees what the call held.
 #[test]
 fn a_panicking_call_unwinds_cleanly() {
-    let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fault/libxcloak.so");
-    if !module.exists() {
-        return eprintln!(
-            "skipped: no fault-injection build at {} (make fault-module)",
-            module.display()
-        );
-    }
+    let module = fault_module();
     let mut config = ServerConfig::without_module().arg("loadmodule", &module.display().to_string());
     config.extra.extend(["STORAGE".to_string(), "compact".to_string()]);
     let mut server = config.start();

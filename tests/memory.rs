@@ -1,6 +1,6 @@
 //! Memory: no leak over two million calls (every path: admit, reject, trim,
 //! DETAILS, PEEK, compact and string members), and behaviour at `maxmemory`.
-mod common;
+use crate::common;
 use common::*;
 
 use std::io::{BufRead, BufReader, Write};

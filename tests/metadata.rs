@@ -12,7 +12,7 @@
 //! counters not counting, a config that does not bound `limit`, an
 //! out-of-range setting that loads anyway.
 
-mod common;
+use crate::common;
 use common::*;
 
 use redis::{Connection, Value};

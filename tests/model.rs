@@ -16,7 +16,7 @@
 //! a wrong stamp (or one on a rejection), a refund removing another stamp's
 //! entries, more than its cost, or trimming.
 
-mod common;
+use crate::common;
 use common::*;
 
 use common::sequences::*;

@@ -17,7 +17,7 @@
 //!
 //! Seed: random per run and printed; `XCLOAK_ORACLE_SEED=<u64>` replays one,
 //! `XCLOAK_ORACLE_CASES=<n>` changes the number of cases (default 250).
-mod common;
+use crate::common;
 use common::*;
 
 use std::cell::RefCell;

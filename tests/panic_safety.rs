@@ -5,24 +5,10 @@
 //! (a call on key `xcloak:fault:panic` panics inside the handler). `make test`
 //! builds that module to `target/fault/libxcloak.so` (`make fault-module`);
 //! `$XCLOAK_FAULT_MODULE` overrides the path. The shipped module has no trigger.
-mod common;
+use crate::common;
 use common::*;
 
-use std::path::{Path, PathBuf};
-
 const TRIGGER: &str = "xcloak:fault:panic";
-
-fn fault_module() -> PathBuf {
-    let path = std::env::var_os("XCLOAK_FAULT_MODULE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fault/libxcloak.so"));
-    assert!(
-        path.exists(),
-        "fault-injection module not built at {} (run `make fault-module`, which `make test` does)",
-        path.display()
-    );
-    path
-}
 
 fn errors(conn: &mut redis::Connection) -> i64 {
     info_field(conn, "xcloak", "xcloak_errors")

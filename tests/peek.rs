@@ -6,7 +6,7 @@
 //! creates the key, calls `RedisModule_Replicate*`, opens the key for writing
 //! (dirty counter, keyspace), or is registered `write`.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //!
 //! Windows are long (the key's TTL is server time + window + 1000 ms), so no key
 //! expires while a test runs.
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -149,7 +149,7 @@ fn assert_no_command_logged(dir: &Path) {
             for entry in std::fs::read_dir(path).unwrap() {
                 walk(&entry.unwrap().path(), found);
             }
-        } else if path.extension().map_or(false, |e| e != "log") {
+        } else if path.extension().is_some_and(|e| e != "log") {
             let bytes = std::fs::read(path).unwrap_or_default();
             if bytes.windows(6).any(|w| w.eq_ignore_ascii_case(b"XCLOAK")) {
                 found.push(path.display().to_string());
@@ -274,8 +274,8 @@ fn fill(server: &Server) -> (Snapshot, BTreeMap<String, i64>, Written) {
         "both member forms present"
     );
     let expiry = expiries(&mut conn, &before);
-    // A re-run on a later clock would show: let the clock move on.
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    // A re-run on a later clock would show: let the server's clock move on.
+    server.with(|c| wait_server_clock(c, 5));
     (before, expiry, written)
 }
 
@@ -343,7 +343,7 @@ fn aof_after_bgrewriteaof_restores_every_window_exactly() {
         server.with(|c| expiries(c, &before)["after-rewrite"]),
     );
     assert_no_command_logged(&server.dir);
-    std::thread::sleep(std::time::Duration::from_millis(5));
+    server.with(|c| wait_server_clock(c, 5));
     server.restart();
     check_after_restart(&server, &before, &expiry, &written);
 }

@@ -5,7 +5,7 @@
 //! count was below the limit) must be seen admitting more than 10: that proves
 //! this test can see the race at all. XCLOAK.ALLOW must admit exactly 10 in
 //! every round, and exactly each key's limit when many keys are hit at once.
-mod common;
+use crate::common;
 use common::*;
 
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -11,7 +11,7 @@
 //! replicated as the command (a replica running XCLOAK.REFUND) or not at all,
 //! a refund that trims or moves the expiry, an emptied window left as a key,
 //! a missing `zrem`/`del` event, a counter that does not count.
-mod common;
+use crate::common;
 use common::*;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};

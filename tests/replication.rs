@@ -4,7 +4,7 @@
 //! with exactly the same sorted sets (members and scores), the same key set
 //! and the same expiry, while the replica never ran XCLOAK.ALLOW itself: it
 //! received the trim, the exact members and an absolute PEXPIREAT.
-mod common;
+use crate::common;
 use common::*;
 
 use std::collections::BTreeMap;

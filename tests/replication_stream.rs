@@ -27,7 +27,7 @@
 //!   rejection propagates an empty `MULTI`/`EXEC` pair. That pair is the
 //!   server's (it changes nothing on the replica); the module propagates
 //!   nothing for the rejection there either.
-mod common;
+use crate::common;
 use common::stream::{mark, ReplicationStream};
 use common::*;
 

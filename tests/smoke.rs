@@ -1,5 +1,5 @@
 //! The module loads and answers; the harness works.
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

@@ -17,7 +17,7 @@
 //! entry inserted at the wrong place after a step back, a refund removing
 //! another count), a compact key left behind empty, or a TTL set (or not)
 //! differently (a refund must set none).
-mod common;
+use crate::common;
 use common::*;
 
 use common::sequences::*;

@@ -45,6 +45,21 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// The dev build with the test-only `fault-injection` feature (`make
+/// fault-module`, which `make test` runs): `$XCLOAK_FAULT_MODULE`, else
+/// `target/fault/libxcloak.so`. Missing, it fails the test that needs it.
+pub fn fault_module() -> PathBuf {
+    let path = std::env::var_os("XCLOAK_FAULT_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fault/libxcloak.so"));
+    assert!(
+        path.exists(),
+        "fault-injection module not built at {} (run `make fault-module`, which `make test` does)",
+        path.display()
+    );
+    path
+}
+
 /// The server binary's `--version` line, read once per test process.
 fn version_line() -> &'static str {
     static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -131,6 +146,9 @@ pub struct ServerConfig {
     /// Run inside this network namespace, also bound to this address
     /// (`in_host`); clients then reach the server there.
     pub netns: Option<(String, String)>,
+    /// Environment variables of the server process only (the test process's
+    /// environment is shared by every test running in it).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ServerConfig {
@@ -140,6 +158,7 @@ impl Default for ServerConfig {
             module_args: Vec::new(),
             extra: Vec::new(),
             netns: None,
+            env: Vec::new(),
         }
     }
 }
@@ -154,6 +173,10 @@ impl ServerConfig {
             module: false,
             ..Default::default()
         }
+    }
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_string(), value.to_string()));
+        self
     }
     pub fn module_args(mut self, args: &[&str]) -> Self {
         self.module_args = args.iter().map(|s| s.to_string()).collect();
@@ -334,6 +357,17 @@ impl Server {
         // (make test-valgrind) and `ip netns exec` (which execs what follows:
         // the child's pid is the server's) wrap it.
         let mut program = vec![server_binary()];
+        // `$XCLOAK_SERVER_STARTS` names a file that gets a line per server
+        // process started: the work a selection of tests does, counted.
+        if let Some(path) = std::env::var_os("XCLOAK_SERVER_STARTS") {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap();
+            writeln!(file, "{}", self.port).unwrap();
+        }
         if let Some(dir) = valgrind::log_dir() {
             valgrind::check_server_binary(&server_binary());
             std::fs::create_dir_all(&dir).expect("valgrind log directory");
@@ -353,6 +387,7 @@ impl Server {
         command.args(&program[1..]);
         command
             .args(self.command_line())
+            .envs(self.config.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -380,7 +415,7 @@ impl Server {
             .lines()
             .find_map(|l| l.strip_prefix("process_id:"))
             .map(|v| v.trim().to_string());
-        pid.map_or(true, |pid| pid == child.id().to_string())
+        pid.is_none_or(|pid| pid == child.id().to_string())
     }
 
     fn wait_ready(&mut self) {
@@ -433,6 +468,19 @@ impl Server {
     /// `host:port`, as Sentinel and the cluster name this node.
     pub fn addr(&self) -> String {
         format!("{}:{}", self.host, self.port)
+    }
+
+    /// The CPU time the server process has used so far (user + system, in
+    /// milliseconds, at the kernel's clock-tick resolution). An idle server
+    /// uses next to none: growth means it is executing something.
+    pub fn cpu_ms(&self) -> u64 {
+        let pid = self.pid().expect("server running");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+        // After the command name in parentheses: state is field 3, utime 14, stime 15.
+        let fields: Vec<&str> = stat[stat.rfind(')').expect("comm") + 2..].split(' ').collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        // In USER_HZ, which Linux fixes at 100 for userspace (sysconf(_SC_CLK_TCK)).
+        ticks * 10
     }
 
     /// Sends `signal` (e.g. `libc::SIGSTOP`, `libc::SIGCONT`) to the server.
@@ -712,6 +760,20 @@ pub fn wait_replicated(primary: &Server, replica: &Server) {
         replication(replica).unwrap_or_default(),
         replica.log()
     );
+}
+
+/// The server's clock (`TIME`), in milliseconds.
+pub fn server_time_ms(conn: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Returns once the server's clock has moved `ms` milliseconds on from now
+/// (what a later call stamps or re-arms then differs from what it did before).
+pub fn wait_server_clock(conn: &mut Connection, ms: i64) {
+    let start = server_time_ms(conn);
+    let moved = eventually(Duration::from_secs(10), || server_time_ms(conn) >= start + ms);
+    assert!(moved, "the server's clock did not move {ms} ms on in 10 s");
 }
 
 /// Polls `check` until it returns true or `timeout` passes.

@@ -1,10 +1,14 @@
 //! RESP over a raw socket, for what a client library hides: a reply that has
 //! not arrived yet (a paused client), push messages (client-side caching),
-//! and the replication stream (`stream.rs`).
+//! the replication stream (`stream.rs`), and a reply that arrives after the
+//! caller gave up (`RespConn`, the fault harness's writers).
+//!
+//! One reader of RESP2 and RESP3 (`read_value`); `parse` applies it to a
+//! buffer that may hold an incomplete reply.
 
-use std::io::{self, BufRead, BufReader, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
 /// One RESP2/RESP3 value. Maps come as flat arrays of keys and values.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,7 +67,8 @@ pub fn encode(words: &[&[u8]]) -> Vec<u8> {
 pub fn read_line(reader: &mut impl BufRead) -> io::Result<Vec<u8>> {
     let mut line = Vec::new();
     reader.read_until(b'\n', &mut line)?;
-    if line.is_empty() {
+    if line.last() != Some(&b'\n') {
+        // Nothing, or a line cut short: the stream (or the buffer) ended.
         return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed"));
     }
     while matches!(line.last(), Some(b'\n' | b'\r')) {
@@ -128,6 +133,33 @@ pub fn read_value(reader: &mut impl BufRead) -> io::Result<Resp> {
     })
 }
 
+/// One complete value at the start of `buf` and its length in bytes; `None`
+/// while `buf` holds only part of one (more bytes are to come).
+pub fn parse(buf: &[u8]) -> io::Result<Option<(Resp, usize)>> {
+    let mut rest = buf;
+    match read_value(&mut rest) {
+        Ok(value) => Ok(Some((value, buf.len() - rest.len()))),
+        Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The error code of a reply (`READONLY`, `MOVED`, ...), if it is an error.
+pub fn error_code(value: &Resp) -> Option<String> {
+    match value {
+        Resp::Error(text) => Some(text.split(' ').next().unwrap_or("").to_string()),
+        _ => None,
+    }
+}
+
+/// The text of an error reply.
+pub fn error_text(value: &Resp) -> Option<String> {
+    match value {
+        Resp::Error(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
 /// A connection speaking RESP directly.
 pub struct Raw {
     reader: BufReader<TcpStream>,
@@ -180,5 +212,119 @@ impl Raw {
                 reply => return reply,
             }
         }
+    }
+}
+
+/// A connection that keeps what a client library hides: a reply that arrives
+/// after the client gave up. Commands are encoded by the `redis` crate
+/// (`Cmd::get_packed_command`); replies are read into a buffer and parsed
+/// (`parse`), so a read that times out leaves the connection intact, and the
+/// late reply can still be read from it (by the fault harness's drainer).
+pub struct RespConn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    /// Where this connection goes (`host:port`).
+    pub addr: String,
+}
+
+/// Why a reply did not come.
+#[derive(Debug)]
+pub enum RecvError {
+    /// Nothing (complete) arrived before the deadline: the call may still run.
+    Timeout,
+    /// The connection closed or failed: the call's outcome is unknown.
+    Closed(String),
+}
+
+impl RespConn {
+    pub fn connect(addr: &str, timeout: Duration) -> Result<RespConn, String> {
+        let socket: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+        let stream = TcpStream::connect_timeout(&socket, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        Ok(RespConn {
+            stream,
+            buf: Vec::with_capacity(256),
+            addr: addr.to_string(),
+        })
+    }
+
+    /// Writes the commands in one go (a pipeline).
+    pub fn send(&mut self, commands: &[&redis::Cmd]) -> Result<(), String> {
+        let mut bytes = Vec::with_capacity(128 * commands.len());
+        for command in commands {
+            bytes.extend_from_slice(&command.get_packed_command());
+        }
+        self.stream
+            .write_all(&bytes)
+            .map_err(|e| format!("write to {}: {e}", self.addr))
+    }
+
+    /// The next reply, waiting until `deadline` at most.
+    pub fn recv(&mut self, deadline: Instant) -> Result<Resp, RecvError> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match parse(&self.buf) {
+                Ok(Some((value, used))) => {
+                    self.buf.drain(..used);
+                    return Ok(value);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(RecvError::Closed(format!("unreadable reply from {}: {e}", self.addr))),
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RecvError::Timeout);
+            }
+            self.stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .map_err(|e| RecvError::Closed(e.to_string()))?;
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err(RecvError::Closed("closed by the server".into())),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if Instant::now() >= deadline {
+                        return Err(RecvError::Timeout);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(RecvError::Closed(e.to_string())),
+            }
+        }
+    }
+
+    /// One command, one reply.
+    pub fn call(&mut self, command: &redis::Cmd, timeout: Duration) -> Result<Resp, String> {
+        self.send(&[command])?;
+        self.recv(Instant::now() + timeout).map_err(|e| format!("{e:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_complete_replies_only() {
+        assert_eq!(parse(b":17\r\n").unwrap(), Some((Resp::Int(17), 5)));
+        assert_eq!(parse(b":17\r").unwrap(), None);
+        let (value, used) = parse(b"*2\r\n:1\r\n$3\r\nabc\r\n:9\r\n").unwrap().unwrap();
+        assert_eq!(value, Resp::Array(vec![Resp::Int(1), Resp::Bulk(b"abc".to_vec())]));
+        assert_eq!(used, 17);
+        assert_eq!(parse(b"*2\r\n:1\r\n$3\r\nab").unwrap(), None);
+        let (error, _) = parse(b"-READONLY You can't write against a read only replica.\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(error_code(&error).as_deref(), Some("READONLY"));
+        assert_eq!(parse(b"$-1\r\n").unwrap(), Some((Resp::Nil, 5)));
+        assert_eq!(
+            parse(b">2\r\n+invalidate\r\n*1\r\n$1\r\nk\r\n")
+                .unwrap()
+                .map(|(v, _)| v),
+            Some(Resp::Push(vec![
+                Resp::Simple("invalidate".into()),
+                Resp::Array(vec![Resp::Bulk(b"k".to_vec())])
+            ]))
+        );
+        assert!(parse(b"?what\r\n").is_err(), "an unknown type is an error, not a reply");
     }
 }

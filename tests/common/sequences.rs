@@ -167,10 +167,14 @@ pub fn command_of(call: &Call, key: &str, tiers: &[(i64, i64)], now: i64, refund
     command
 }
 
+/// One step of `walk`: the call's index, the call, the tiers in force, its NOW
+/// and, for a refund, the stamp it names.
+pub type Walked<'a> = (usize, &'a Call, Vec<(i64, i64)>, i64, Option<i64>);
+
 /// Each call of `sequence` with the tiers in force, its NOW (kept within
 /// 0 ..= 2^53 - 1, the range NOW accepts) and, for a refund, the stamp it
 /// names.
-pub fn walk(sequence: &Sequence) -> impl Iterator<Item = (usize, &Call, Vec<(i64, i64)>, i64, Option<i64>)> {
+pub fn walk(sequence: &Sequence) -> impl Iterator<Item = Walked<'_>> {
     let mut tiers = sequence.tiers.clone();
     let mut now = START_MS;
     // The NOWs of the ALLOW calls so far, and the stamp the last refund named.

@@ -25,8 +25,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::history::{Late, Ms, Op, Outcome};
-use super::resp::{error_code, error_text, RecvError, RespConn, Value};
 use crate::common::netns::Host;
+use crate::common::resp::{error_code, error_text, RecvError, Resp, RespConn};
 use crate::common::Rng;
 
 pub fn now_ms() -> Ms {
@@ -273,8 +273,8 @@ impl Writer {
                     let Ok(mut conn) = RespConn::connect(&format!("{host}:{port}"), connect_timeout()) else {
                         continue;
                     };
-                    if let Ok(Value::Array(parts)) = conn.call(&ask, Duration::from_millis(300)) {
-                        if let [Value::Bulk(h), Value::Bulk(p)] = parts.as_slice() {
+                    if let Ok(Resp::Array(parts)) = conn.call(&ask, Duration::from_millis(300)) {
+                        if let [Resp::Bulk(h), Resp::Bulk(p)] = parts.as_slice() {
                             return Some(format!("{}:{}", String::from_utf8_lossy(h), String::from_utf8_lossy(p)));
                         }
                     }
@@ -299,18 +299,18 @@ impl Writer {
             let Ok(mut conn) = RespConn::connect(seed, connect_timeout()) else {
                 continue;
             };
-            let Ok(Value::Array(ranges)) = conn.call(&ask, Duration::from_millis(500)) else {
+            let Ok(Resp::Array(ranges)) = conn.call(&ask, Duration::from_millis(500)) else {
                 continue;
             };
             let mut slots = vec![String::new(); 16384];
             for range in ranges {
-                let Value::Array(parts) = range else { continue };
-                let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
+                let Resp::Array(parts) = range else { continue };
+                let (Some(Resp::Int(start)), Some(Resp::Int(end)), Some(Resp::Array(primary))) =
                     (parts.first(), parts.get(1), parts.get(2))
                 else {
                     continue;
                 };
-                let (Some(Value::Bulk(host)), Some(Value::Int(port))) = (primary.first(), primary.get(1)) else {
+                let (Some(Resp::Bulk(host)), Some(Resp::Int(port))) = (primary.first(), primary.get(1)) else {
                     continue;
                 };
                 let addr = format!("{}:{port}", String::from_utf8_lossy(host));
@@ -414,7 +414,7 @@ impl Writer {
             Err(RecvError::Closed(e)) => return Outcome::Dropped(e),
         };
         let stamp = match &first {
-            Value::Int(stamp) => *stamp,
+            Resp::Int(stamp) => *stamp,
             other => {
                 let code = error_text(other).unwrap_or_else(|| format!("unexpected reply {other:?}"));
                 if commands.len() > 1 {
@@ -445,7 +445,7 @@ impl Writer {
             }
         }
         let acked = match conn.recv(deadline) {
-            Ok(Value::Int(acked)) => acked,
+            Ok(Resp::Int(acked)) => acked,
             Ok(_) => -1,
             Err(RecvError::Timeout) => {
                 // The admission ran (its reply came) but WAIT did not answer:
@@ -480,7 +480,7 @@ impl Writer {
             // No reply in time: the connection may hold it still, so it can't carry the next call.
             self.forget(addr);
         }
-        let refunded = matches!(reply, Some(Ok(Value::Int(n))) if n >= 1);
+        let refunded = matches!(reply, Some(Ok(Resp::Int(n))) if n >= 1);
         Outcome::NotReplicated { stamp, acked, refunded }
     }
 
@@ -492,8 +492,8 @@ impl Writer {
                 return;
             }
             let outcome = match conn.recv(Instant::now() + LATE_WAIT) {
-                Ok(Value::Int(stamp)) if stamp > 0 => Late::Admitted(stamp),
-                Ok(Value::Int(_)) => Late::Rejected,
+                Ok(Resp::Int(stamp)) if stamp > 0 => Late::Admitted(stamp),
+                Ok(Resp::Int(_)) => Late::Rejected,
                 Ok(other) => Late::Error(error_code(&other).unwrap_or_else(|| format!("{other:?}"))),
                 Err(_) => Late::NoReply,
             };

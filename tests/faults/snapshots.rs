@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::history::{Ms, Snapshot};
 use super::load::{key_name, now_ms};
-use super::resp::{RespConn, Value};
+use crate::common::resp::{Resp, RespConn};
 
 pub const PERIOD: Duration = Duration::from_millis(250);
 
@@ -84,8 +84,7 @@ type Taken = (Ms, Ms, bool, BTreeMap<u16, Vec<Ms>>);
 /// One node's role and (if primary) windows; `None` if it did not answer.
 fn snapshot(conn: &mut RespConn, keys: u16, compact: bool) -> Option<Taken> {
     let role = conn.call(&redis::cmd("ROLE"), TIMEOUT).ok()?;
-    let primary =
-        matches!(&role, Value::Array(parts) if matches!(parts.first(), Some(Value::Bulk(r)) if r == b"master"));
+    let primary = matches!(&role, Resp::Array(parts) if matches!(parts.first(), Some(Resp::Bulk(r)) if r == b"master"));
     let at_ms = now_ms();
     let mut stamps = BTreeMap::new();
     if !primary {
@@ -115,14 +114,14 @@ fn snapshot(conn: &mut RespConn, keys: u16, compact: bool) -> Option<Taken> {
         }
         // The ZRANGE reply (a copy of a missing key copies nothing: empty).
         let range = if compact { &replies[2] } else { &replies[0] };
-        if compact && matches!(&replies[0], Value::Error(_)) {
+        if compact && matches!(&replies[0], Resp::Error(_)) {
             continue; // MOVED, or refused: not this node's key
         }
-        let Value::Array(flat) = range else { continue };
+        let Resp::Array(flat) = range else { continue };
         let key_stamps = flat
             .chunks(2)
             .filter_map(|pair| match pair.get(1) {
-                Some(Value::Bulk(score)) => std::str::from_utf8(score).ok()?.parse::<f64>().ok().map(|s| s as Ms),
+                Some(Resp::Bulk(score)) => std::str::from_utf8(score).ok()?.parse::<f64>().ok().map(|s| s as Ms),
                 _ => None,
             })
             .collect();
