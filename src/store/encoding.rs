@@ -467,11 +467,22 @@ impl Iterator for BlockRuns<'_> {
 // ---------------------------------------------------------------------------
 // Blocks in memory.
 
-/// An allocated block (see the module docs). Only this file makes, changes and
-/// frees them; a `Block` is always a live allocation of the size its header's
-/// class says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// An allocated block (see the module docs): it owns its allocation, which
+/// its `Drop` frees (once: a block is not `Copy`), and is changed only
+/// through `&mut self`. Its header's size class always names the size of the
+/// allocation: only `alloc` and `resize` choose a class, and every other
+/// header write carries the class it read.
+#[derive(Debug)]
+#[repr(transparent)]
 struct Block(NonNull<u8>);
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `alloc`/`resize` with the layout of the class
+        // its header names; `self` is its only owner, dropped once.
+        unsafe { dealloc(self.0.as_ptr(), block_layout(self.header().class)) };
+    }
+}
 
 impl Block {
     /// An empty block of the given class (every byte zero but the class).
@@ -482,7 +493,7 @@ impl Block {
         let Some(ptr) = NonNull::new(ptr) else {
             std::alloc::handle_alloc_error(layout)
         };
-        let block = Block(ptr);
+        let mut block = Block(ptr);
         block.set_header(&Header {
             class,
             ..Header::default()
@@ -506,12 +517,14 @@ impl Block {
         block
     }
 
-    fn free(self) {
-        // SAFETY: allocated by `alloc`/`realloc` with this layout; freed once.
-        unsafe { dealloc(self.0.as_ptr(), block_layout(self.header().class)) };
+    /// The allocation, given up by the block (its next owner frees it).
+    fn into_ptr(self) -> NonNull<u8> {
+        let ptr = self.0;
+        std::mem::forget(self);
+        ptr
     }
 
-    fn size(self) -> usize {
+    fn size(&self) -> usize {
         SIZE_CLASSES[self.header().class as usize]
     }
 
@@ -522,9 +535,8 @@ impl Block {
         unsafe { std::slice::from_raw_parts(self.0.as_ptr(), self.size()) }
     }
 
-    fn bytes_mut(&self) -> &mut [u8] {
-        // SAFETY: as in `bytes`; a block is reached through one owner at a
-        // time, and no two of these slices are used at once.
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; `&mut self` is the only way to the allocation.
         unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), self.size()) }
     }
 
@@ -537,7 +549,7 @@ impl Block {
         Header::read(self.head_words())
     }
 
-    fn set_header(&self, header: &Header) {
+    fn set_header(&mut self, header: &Header) {
         // SAFETY: every block is at least 16 bytes.
         header.write(unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), HEADER_BYTES) })
     }
@@ -557,7 +569,7 @@ impl Block {
         unsafe { std::ptr::read(self.0.as_ptr().add(8) as *const u64) }.to_le()
     }
 
-    fn set_words(&self, w0: u64, w1: u64) {
+    fn set_words(&mut self, w0: u64, w1: u64) {
         // SAFETY: as in `word0`.
         unsafe {
             std::ptr::write(self.0.as_ptr() as *mut u64, w0.to_le());
@@ -590,7 +602,7 @@ impl Block {
         }
     }
 
-    fn set_entries(&self, header: &Header, entries: u64) {
+    fn set_entries(&mut self, header: &Header, entries: u64) {
         if header.cw > 0 {
             set_bits(self.bytes_mut(), DATA_BITS, ENTRIES_BITS, entries);
         }
@@ -624,7 +636,7 @@ impl Block {
     }
 
     /// Shifts the dead slots out: the first live run becomes slot 0.
-    fn compact(&self) {
+    fn compact(&mut self) {
         let header = self.header();
         if header.dead == 0 {
             return;
@@ -753,7 +765,7 @@ impl Block {
     /// a block with room (no dead slot to shift out, no allocation). False,
     /// with nothing changed, when any of that does not hold.
     #[inline(always)]
-    fn try_append_in_place(&self, stamp_ms: i64, count: u64, limits: Limits) -> bool {
+    fn try_append_in_place(&mut self, stamp_ms: i64, count: u64, limits: Limits) -> bool {
         let (w0, w1) = (self.word0(), self.word1());
         let (runs, dead) = (((w1 >> 6) & 2047) as u32, ((w1 >> 17) & 127) as u32);
         let (dw, cw, span) = (((w0 >> 53) & 63) as u32, (w0 >> 59) as u32, w1 >> 24);
@@ -780,8 +792,7 @@ impl Block {
             self.compact();
             w1 = self.word1();
         }
-        // SAFETY: the block is a live allocation of `size` initialised bytes.
-        let data = unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), size) };
+        let data = self.bytes_mut();
         set_bits(data, pos, dw, gap - 1);
         if cw > 0 {
             set_bits(data, pos + dw as usize, cw, count - 1);
@@ -843,9 +854,7 @@ impl Block {
             header.class = self.header().class;
         }
         // The common case from here: one header read, two fields and one header written.
-        let size = SIZE_CLASSES[header.class as usize];
-        // SAFETY: the block is a live allocation of `size` initialised bytes.
-        let data = unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), size) };
+        let data = self.bytes_mut();
         set_bits(data, to.gap_pos(header.runs), to.dw, gap - 1);
         set_bits(data, to.count_pos(header.runs), to.cw, count - 1);
         if to.cw > 0 {
@@ -954,7 +963,7 @@ impl Block {
     /// block keeping a live run and at most MAX_DEAD dead ones. Returns how
     /// many entries went, or None, with nothing changed, for any other case.
     #[inline(always)]
-    fn trim_in_place(&self, cutoff_ms: i64) -> Option<u64> {
+    fn trim_in_place(&mut self, cutoff_ms: i64) -> Option<u64> {
         let w0 = self.word0();
         let first_ms = (w0 & STAMP_MASK) as i64;
         if first_ms > cutoff_ms {
@@ -968,8 +977,7 @@ impl Block {
         }
         // The expired runs, from the first live one; the last run is live.
         let dw = ((w0 >> 53) & 63) as u32;
-        // SAFETY: the block is a live allocation of its class's size, initialised.
-        let data = unsafe { std::slice::from_raw_parts(self.0.as_ptr(), SIZE_CLASSES[((w1 >> 1) & 31) as usize]) };
+        let data = self.bytes();
         let (mut slot, mut stamp_ms) = (dead, first_ms);
         let mut pos = DATA_BITS + dead as usize * dw as usize;
         loop {
@@ -1208,7 +1216,7 @@ impl Block {
             taken += 1;
         }
         let runs = &runs[..taken];
-        let block = Block::alloc(class_for(slots.bytes(taken as u32)).unwrap());
+        let mut block = Block::alloc(class_for(slots.bytes(taken as u32)).unwrap());
         let header = Header {
             first_ms,
             dw: slots.dw,
@@ -1240,7 +1248,7 @@ impl Block {
 
     /// A copy of this block in a fresh allocation of the same size.
     fn duplicate(&self) -> Block {
-        let copy = Block::alloc(self.header().class);
+        let mut copy = Block::alloc(self.header().class);
         copy.bytes_mut().copy_from_slice(self.bytes());
         copy
     }
@@ -1261,7 +1269,7 @@ fn build_blocks(runs: impl IntoIterator<Item = (i64, u64)>, inline_if_it_fits: b
         if taken == runs.len() {
             return vec![block];
         }
-        block.free();
+        drop(block);
     }
     let mut blocks = Vec::with_capacity(runs.len() / 128 + 1);
     let mut rest = &runs[..];
@@ -1278,7 +1286,7 @@ fn build_blocks(runs: impl IntoIterator<Item = (i64, u64)>, inline_if_it_fits: b
 
 /// One block of a large window, as the index knows it.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 struct BlockRef {
     first_ms: i64,
     entries: u32,
@@ -1295,21 +1303,49 @@ impl BlockRef {
             block,
         }
     }
+
+    /// Reads the first stamp and the entry count again from the block.
+    fn refresh(&mut self) {
+        self.first_ms = self.block.first_ms();
+        self.entries = self.block.entries() as u32;
+    }
 }
 
 /// The root of a large window: a 32-byte header (entries, the tag word, the
-/// live range `[head, len)` of the index, its capacity), then the index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// live range `[head, len)` of the index, its capacity), then the index. It
+/// owns its allocation and the blocks of the live range: its `Drop` frees
+/// them all, once (it is not `Copy`). Only this type writes the range and the
+/// capacity, so the refs in `[head, len)` are always initialised and within
+/// the allocation.
+#[derive(Debug)]
+#[repr(transparent)]
 struct Large(NonNull<u8>);
 
 const LARGE_HEADER: usize = 32;
+
+impl Drop for Large {
+    fn drop(&mut self) {
+        let (head, len, capacity) = self.range();
+        // SAFETY: the refs in `[head, len)` are initialised and owned by the
+        // root (each dropped once, here); then the root's own allocation,
+        // with the layout of its capacity.
+        unsafe {
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                self.refs_ptr().add(head as usize),
+                (len - head) as usize,
+            ));
+            dealloc(self.0.as_ptr(), Large::layout(capacity));
+        }
+    }
+}
 
 impl Large {
     fn layout(capacity: u32) -> Layout {
         Layout::from_size_align(LARGE_HEADER + capacity as usize * std::mem::size_of::<BlockRef>(), 8).unwrap()
     }
 
-    fn new(blocks: &[Block]) -> Large {
+    /// A root indexing `blocks`, in order.
+    fn new(blocks: impl ExactSizeIterator<Item = Block>) -> Large {
         let capacity = (blocks.len() as u32).next_power_of_two().max(4);
         let layout = Large::layout(capacity);
         // SAFETY: a layout of non-zero size.
@@ -1317,15 +1353,23 @@ impl Large {
         let Some(ptr) = NonNull::new(ptr) else {
             std::alloc::handle_alloc_error(layout)
         };
-        let large = Large(ptr);
-        let entries = blocks.iter().map(Block::entries).sum();
-        large.set_head(entries, 0, 0, capacity);
-        let mut large = large;
-        for &block in blocks {
+        let mut large = Large(ptr);
+        large.set_head(0, 0, 0, capacity);
+        let mut entries = 0;
+        for block in blocks {
+            entries += block.entries();
             large.push(block);
         }
+        large.set_entries(entries);
         debug_assert_eq!(large.range().2, capacity);
         large
+    }
+
+    /// The allocation, given up by the root (its next owner frees it).
+    fn into_ptr(self) -> NonNull<u8> {
+        let ptr = self.0;
+        std::mem::forget(self);
+        ptr
     }
 
     fn words(&self) -> [u64; 4] {
@@ -1333,13 +1377,17 @@ impl Large {
         std::array::from_fn(|i| u64::from_le(unsafe { std::ptr::read((self.0.as_ptr() as *const u64).add(i)) }))
     }
 
-    fn set_head(&self, entries: u64, head: u32, len: u32, capacity: u32) {
-        // SAFETY: as in `words`.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), LARGE_HEADER) };
-        bytes[0..8].copy_from_slice(&entries.to_le_bytes());
-        bytes[8..16].copy_from_slice(&TAG_LARGE.to_le_bytes());
-        bytes[16..24].copy_from_slice(&(u64::from(head) | u64::from(len) << 32).to_le_bytes());
-        bytes[24..32].copy_from_slice(&u64::from(capacity).to_le_bytes());
+    fn set_head(&mut self, entries: u64, head: u32, len: u32, capacity: u32) {
+        let words = [
+            entries,
+            TAG_LARGE,
+            u64::from(head) | u64::from(len) << 32,
+            u64::from(capacity),
+        ];
+        for (i, word) in words.into_iter().enumerate() {
+            // SAFETY: as in `words`; `&mut self` is the only way to the root.
+            unsafe { std::ptr::write((self.0.as_ptr() as *mut u64).add(i), word.to_le()) };
+        }
     }
 
     fn entries(&self) -> u64 {
@@ -1352,37 +1400,32 @@ impl Large {
         (words[2] as u32, (words[2] >> 32) as u32, words[3] as u32)
     }
 
-    fn set_entries(&self, entries: u64) {
-        // SAFETY: the root's first word, 8-aligned.
+    fn set_entries(&mut self, entries: u64) {
+        // SAFETY: the root's first word, 8-aligned; `&mut self` as in `set_head`.
         unsafe { std::ptr::write(self.0.as_ptr() as *mut u64, entries.to_le()) };
     }
 
+    /// The first slot of the index (a raw pointer: whoever writes through
+    /// it holds `&mut self`).
     fn refs_ptr(&self) -> *mut BlockRef {
-        // SAFETY: the index starts right after the 32-byte header, 8-aligned.
+        // SAFETY: the index starts right after the 32-byte header, 8-aligned,
+        // within the allocation.
         unsafe { self.0.as_ptr().add(LARGE_HEADER) as *mut BlockRef }
     }
 
-    fn all_refs(&self) -> &mut [BlockRef] {
-        let (_, len, _) = self.range();
-        // SAFETY: the index holds `capacity` refs after the header, the first
-        // `len` of them initialised; BlockRef is repr(C) with 8-byte alignment.
-        unsafe { std::slice::from_raw_parts_mut(self.refs_ptr(), len as usize) }
-    }
-
     /// The live blocks, oldest first.
-    fn refs(&self) -> &mut [BlockRef] {
-        let (head, _, _) = self.range();
-        &mut self.all_refs()[head as usize..]
+    fn refs(&self) -> &[BlockRef] {
+        let (head, len, _) = self.range();
+        // SAFETY: the refs in `[head, len)` are initialised (see the type),
+        // BlockRef is repr(C) with 8-byte alignment; borrowed with `self`.
+        unsafe { std::slice::from_raw_parts(self.refs_ptr().add(head as usize), (len - head) as usize) }
     }
 
-    /// The live blocks, for a borrow of the log that owns this root.
-    ///
-    /// # Safety
-    /// The slice must not outlive the root, nor be used across a change of it.
-    unsafe fn live_refs<'a>(self) -> &'a [BlockRef] {
+    /// The live blocks, oldest first, to change.
+    fn refs_mut(&mut self) -> &mut [BlockRef] {
         let (head, len, _) = self.range();
-        // SAFETY: as in `all_refs`.
-        unsafe { std::slice::from_raw_parts(self.refs_ptr().add(head as usize), (len - head) as usize) }
+        // SAFETY: as in `refs`; `&mut self` makes this the only borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.refs_ptr().add(head as usize), (len - head) as usize) }
     }
 
     /// Makes room for `needed` refs in all: the dead prefix is dropped first,
@@ -1391,15 +1434,7 @@ impl Large {
         let (head, len, capacity) = self.range();
         let entries = self.entries();
         if head > 0 && len == capacity {
-            // SAFETY: within the `len` initialised refs.
-            unsafe {
-                std::ptr::copy(
-                    self.refs_ptr().add(head as usize),
-                    self.refs_ptr(),
-                    (len - head) as usize,
-                )
-            };
-            self.set_head(entries, 0, len - head, capacity);
+            self.move_to_front();
         }
         let (head, len, capacity) = self.range();
         let needed = needed + head;
@@ -1415,12 +1450,28 @@ impl Large {
         }
     }
 
+    /// Moves the live refs to the start of the index (head 0).
+    fn move_to_front(&mut self) {
+        let (head, len, capacity) = self.range();
+        // SAFETY: the live refs move (bitwise, as a whole) to the slots from
+        // 0, within the capacity; the range then names them there, so each
+        // is still owned once.
+        unsafe {
+            std::ptr::copy(
+                self.refs_ptr().add(head as usize),
+                self.refs_ptr(),
+                (len - head) as usize,
+            )
+        };
+        self.set_head(self.entries(), 0, len - head, capacity);
+    }
+
     /// `Block::try_append_in_place` on the newest block, counted in the index.
     #[inline(always)]
-    fn try_append_in_place(&self, stamp_ms: i64, cost: u64) -> bool {
-        let (_, len, _) = self.range();
-        // SAFETY: a large root has at least one live block, the last at `len - 1`.
-        let r = unsafe { &mut *self.refs_ptr().add(len as usize - 1) };
+    fn try_append_in_place(&mut self, stamp_ms: i64, cost: u64) -> bool {
+        let Some(r) = self.refs_mut().last_mut() else {
+            return false;
+        };
         if !r.block.try_append_in_place(stamp_ms, cost, INDEXED) {
             return false;
         }
@@ -1434,54 +1485,104 @@ impl Large {
         let (head, len, _) = self.range();
         self.reserve(len - head + 1);
         let (head, len, capacity) = self.range();
-        // SAFETY: `len < capacity` after `reserve`.
+        // SAFETY: `len < capacity` after `reserve`: a free slot, which the
+        // range then names.
         unsafe { std::ptr::write(self.refs_ptr().add(len as usize), BlockRef::of(block)) };
         self.set_head(self.entries(), head, len + 1, capacity);
     }
 
-    /// Puts `blocks` in place of the live block at `at` (freed by the
-    /// caller), and counts their entries instead of its own.
-    fn splice(&mut self, at: usize, blocks: &[Block]) {
+    /// Puts `blocks` in place of the live block at `at`, counts their entries
+    /// instead of its own, and returns that block (freed when dropped).
+    fn splice(&mut self, at: usize, blocks: Vec<Block>) -> Block {
         let (head, len, _) = self.range();
         let old_entries = u64::from(self.refs()[at].entries);
-        self.reserve(len - head - 1 + blocks.len() as u32);
+        let added: u64 = blocks.iter().map(Block::entries).sum();
+        let n = blocks.len();
+        self.reserve(len - head - 1 + n as u32);
         let (head, len, capacity) = self.range();
         let at = head as usize + at;
         let tail = len as usize - at - 1;
-        // SAFETY: within the capacity; the tail moves as a whole.
-        unsafe {
-            std::ptr::copy(
-                self.refs_ptr().add(at + 1),
-                self.refs_ptr().add(at + blocks.len()),
-                tail,
-            );
-            for (i, &block) in blocks.iter().enumerate() {
+        // SAFETY: `at` is a live slot (`refs()[at]` above checked it): its
+        // block moves out to the caller; the tail moves as a whole and the new
+        // refs fill the gap, all within the capacity reserved; the range then
+        // names exactly the initialised slots.
+        let old = unsafe {
+            let old = std::ptr::read(self.refs_ptr().add(at)).block;
+            std::ptr::copy(self.refs_ptr().add(at + 1), self.refs_ptr().add(at + n), tail);
+            for (i, block) in blocks.into_iter().enumerate() {
                 std::ptr::write(self.refs_ptr().add(at + i), BlockRef::of(block));
             }
-        }
-        let entries = self.entries() - old_entries + blocks.iter().map(Block::entries).sum::<u64>();
-        self.set_head(entries, head, (at + blocks.len() + tail) as u32, capacity);
+            old
+        };
+        let entries = self.entries() - old_entries + added;
+        self.set_head(entries, head, (at + n + tail) as u32, capacity);
+        old
     }
 
-    /// Drops the first `k` live blocks from the index (they are freed by the caller).
+    /// Drops (frees) the first `k` live blocks, holding `entries_removed`.
     fn drop_front(&mut self, k: u32, entries_removed: u64) {
         let (head, len, capacity) = self.range();
+        assert!(k <= len - head);
         let entries = self.entries() - entries_removed;
+        // SAFETY: the first `k` live refs, initialised; the range stops
+        // naming them right after, so each is dropped once.
+        unsafe {
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(
+                self.refs_ptr().add(head as usize),
+                k as usize,
+            ))
+        };
         let head = head + k;
+        self.set_head(entries, head, len, capacity);
         // The dead prefix is reused by `push`, or dropped here once it is
         // half the index: O(1) amortised per block.
         if head >= 16 && head * 2 >= len {
-            self.all_refs().copy_within(head as usize.., 0);
-            self.set_head(entries, 0, len - head, capacity);
-        } else {
-            self.set_head(entries, head, len, capacity);
+            self.move_to_front();
         }
     }
 
-    fn free(self) {
-        let (_, _, capacity) = self.range();
-        // SAFETY: allocated with this layout; freed once.
-        unsafe { dealloc(self.0.as_ptr(), Large::layout(capacity)) };
+    /// `trim` of a large window, for every case; the root may be left with
+    /// one block (the caller collapses it).
+    fn trim(&mut self, cutoff_ms: i64) -> u64 {
+        let refs = self.refs();
+        // Whole blocks whose successor starts at or before the cutoff
+        // are all expired; the last block is always kept (maybe emptied).
+        let mut gone = 0;
+        let mut removed = 0u64;
+        while gone + 1 < refs.len() && refs[gone + 1].first_ms <= cutoff_ms {
+            removed += u64::from(refs[gone].entries);
+            gone += 1;
+        }
+        if gone > 0 {
+            self.drop_front(gone as u32, removed);
+        }
+        let r = &mut self.refs_mut()[0];
+        let trimmed = r.block.trim(cutoff_ms, false);
+        if trimmed == 0 && gone == 0 {
+            return 0;
+        }
+        let emptied = r.block.live_runs() == 0;
+        if trimmed > 0 {
+            r.first_ms = r.block.first_ms();
+            r.entries -= trimmed as u32;
+            self.set_entries(self.entries() - trimmed);
+        }
+        if emptied && self.refs().len() > 1 {
+            self.drop_front(1, 0);
+        }
+        removed + trimmed
+    }
+
+    /// The one live block, out of a root that holds exactly one (the root's
+    /// allocation is freed).
+    fn into_single(mut self) -> Block {
+        let (head, len, capacity) = self.range();
+        assert_eq!(len - head, 1);
+        // SAFETY: the one live ref; the range then names none, so the root's
+        // `Drop` frees only its own allocation and the block has one owner.
+        let block = unsafe { std::ptr::read(self.refs_ptr().add(head as usize)) }.block;
+        self.set_head(self.entries(), len, len, capacity);
+        block
     }
 
     /// Index of the last live block whose first stamp is `<= stamp_ms`, or 0:
@@ -1510,10 +1611,22 @@ pub struct RunLog {
     root: Option<NonNull<u8>>,
 }
 
-/// The root, by form.
+/// The root, owned, by form.
 enum Root {
     Inline(Block),
     Large(Large),
+}
+
+/// The root, borrowed, by form.
+enum RootRef<'a> {
+    Inline(&'a Block),
+    Large(&'a Large),
+}
+
+/// The root, borrowed to change, by form.
+enum RootMut<'a> {
+    Inline(&'a mut Block),
+    Large(&'a mut Large),
 }
 
 /// Why a canonical byte string is not a window.
@@ -1556,33 +1669,22 @@ impl std::fmt::Display for DecodeError {
 
 impl Drop for RunLog {
     fn drop(&mut self) {
-        match self.root() {
-            None => {}
-            Some(Root::Inline(block)) => block.free(),
-            Some(Root::Large(large)) => {
-                for r in large.refs() {
-                    r.block.free();
-                }
-                large.free();
-            }
-        }
+        // The block, or the root and its blocks, are freed by their own `Drop`.
+        drop(self.take_root());
     }
 }
 
 impl Clone for RunLog {
     fn clone(&self) -> RunLog {
+        let mut copy = RunLog::default();
         match self.root() {
-            None => RunLog::default(),
-            Some(Root::Inline(block)) => RunLog {
-                root: Some(block.duplicate().0),
-            },
-            Some(Root::Large(large)) => {
-                let blocks: Vec<Block> = large.refs().iter().map(|r| r.block.duplicate()).collect();
-                RunLog {
-                    root: Some(Large::new(&blocks).0),
-                }
-            }
+            None => {}
+            Some(RootRef::Inline(block)) => copy.set_root(Root::Inline(block.duplicate())),
+            Some(RootRef::Large(large)) => copy.set_root(Root::Large(Large::new(
+                large.refs().iter().map(|r| r.block.duplicate()),
+            ))),
         }
+        copy
     }
 }
 
@@ -1597,23 +1699,58 @@ pub enum Form {
     Large(usize),
 }
 
+/// Whether a root pointer is a large root (else a block): both start with
+/// two words, the tag in the low bits of the second.
+fn is_large(ptr: NonNull<u8>) -> bool {
+    // SAFETY: a root is a live allocation of at least 16 bytes, 8-aligned.
+    let word = u64::from_le(unsafe { std::ptr::read(ptr.as_ptr().add(8) as *const u64) });
+    word & 3 == TAG_LARGE
+}
+
 impl RunLog {
-    fn root(&self) -> Option<Root> {
-        let ptr = self.root?;
-        // SAFETY: the root is a block or a large root: both start with two
-        // words, the tag in the low bits of the second.
-        let word = unsafe { std::ptr::read(ptr.as_ptr().add(8) as *const u64) };
-        Some(if word & 3 == TAG_LARGE {
+    /// The root, borrowed, by form.
+    #[inline(always)]
+    fn root(&self) -> Option<RootRef<'_>> {
+        let slot: &NonNull<u8> = self.root.as_ref()?;
+        Some(if is_large(*slot) {
+            // SAFETY: `Large` is a repr(transparent) NonNull<u8>, and the
+            // tag says the pointer is a large root; borrowed with `self`.
+            RootRef::Large(unsafe { &*(slot as *const NonNull<u8> as *const Large) })
+        } else {
+            // SAFETY: as above, for a block.
+            RootRef::Inline(unsafe { &*(slot as *const NonNull<u8> as *const Block) })
+        })
+    }
+
+    /// The root, borrowed to change, by form.
+    #[inline(always)]
+    fn root_mut(&mut self) -> Option<RootMut<'_>> {
+        let slot: &mut NonNull<u8> = self.root.as_mut()?;
+        Some(if is_large(*slot) {
+            // SAFETY: as in `root`; `&mut self` makes this the only borrow.
+            RootMut::Large(unsafe { &mut *(slot as *mut NonNull<u8> as *mut Large) })
+        } else {
+            // SAFETY: as above, for a block.
+            RootMut::Inline(unsafe { &mut *(slot as *mut NonNull<u8> as *mut Block) })
+        })
+    }
+
+    /// The root, taken out of the log (which holds nothing then).
+    fn take_root(&mut self) -> Option<Root> {
+        let ptr = self.root.take()?;
+        Some(if is_large(ptr) {
             Root::Large(Large(ptr))
         } else {
             Root::Inline(Block(ptr))
         })
     }
 
+    /// Makes `root` the log's; the log must hold nothing (what it held would leak).
     fn set_root(&mut self, root: Root) {
+        debug_assert!(self.root.is_none());
         self.root = Some(match root {
-            Root::Inline(block) => block.0,
-            Root::Large(large) => large.0,
+            Root::Inline(block) => block.into_ptr(),
+            Root::Large(large) => large.into_ptr(),
         });
     }
 
@@ -1649,8 +1786,8 @@ impl RunLog {
         match self.root() {
             _ if self.is_empty() => Form::Empty,
             None => Form::Empty,
-            Some(Root::Inline(_)) => Form::Inline,
-            Some(Root::Large(large)) => Form::Large(large.refs().len()),
+            Some(RootRef::Inline(_)) => Form::Inline,
+            Some(RootRef::Large(large)) => Form::Large(large.refs().len()),
         }
     }
 
@@ -1659,8 +1796,8 @@ impl RunLog {
     pub fn allocations(&self, mut each: impl FnMut(*const u8, usize)) {
         match self.root() {
             None => {}
-            Some(Root::Inline(block)) => each(block.0.as_ptr(), block.size()),
-            Some(Root::Large(large)) => {
+            Some(RootRef::Inline(block)) => each(block.0.as_ptr(), block.size()),
+            Some(RootRef::Large(large)) => {
                 let (_, _, capacity) = large.range();
                 each(large.0.as_ptr(), Large::layout(capacity).size());
                 for r in large.refs() {
@@ -1677,28 +1814,29 @@ impl RunLog {
     /// `move_to` must return null or a pointer to an allocation of the same
     /// allocator and size holding a copy of the old one, which it has freed.
     pub unsafe fn relocate(&mut self, mut move_to: impl FnMut(*mut u8) -> *mut u8) {
-        let moved = |ptr: NonNull<u8>, move_to: &mut dyn FnMut(*mut u8) -> *mut u8| {
-            NonNull::new(move_to(ptr.as_ptr())).unwrap_or(ptr)
+        let mut moved = |ptr: &mut NonNull<u8>| {
+            if let Some(new) = NonNull::new(move_to(ptr.as_ptr())) {
+                *ptr = new;
+            }
         };
-        match self.root() {
+        match self.root_mut() {
             None => {}
-            Some(Root::Inline(block)) => self.set_root(Root::Inline(Block(moved(block.0, &mut move_to)))),
-            Some(Root::Large(large)) => {
-                for r in large.refs() {
-                    r.block = Block(moved(r.block.0, &mut move_to));
+            Some(RootMut::Inline(block)) => moved(&mut block.0),
+            Some(RootMut::Large(large)) => {
+                for r in large.refs_mut() {
+                    moved(&mut r.block.0);
                 }
-                self.set_root(Root::Large(Large(moved(large.0, &mut move_to))));
+                moved(&mut large.0);
             }
         }
     }
 
     /// Every run, oldest first, as `(stamp_ms, count)`; allocates nothing.
     pub fn runs(&self) -> Runs<'_> {
-        let (blocks, single): (&[BlockRef], Option<Block>) = match self.root() {
+        let (blocks, single): (&[BlockRef], Option<&Block>) = match self.root() {
             None => (&[], None),
-            Some(Root::Inline(block)) => (&[], Some(block)),
-            // SAFETY: the index lives as long as the log, borrowed for the iterator.
-            Some(Root::Large(large)) => (unsafe { large.live_refs() }, None),
+            Some(RootRef::Inline(block)) => (&[], Some(block)),
+            Some(RootRef::Large(large)) => (large.refs(), None),
         };
         Runs {
             blocks,
@@ -1718,67 +1856,67 @@ impl RunLog {
     /// Makes `blocks` the log's blocks; the log must hold nothing.
     fn adopt(&mut self, blocks: Vec<Block>) {
         debug_assert!(self.root.is_none());
-        match blocks.len() {
-            0 => {}
-            1 => self.set_root(Root::Inline(blocks[0])),
-            _ => self.set_root(Root::Large(Large::new(&blocks))),
+        if blocks.len() > 1 {
+            self.set_root(Root::Large(Large::new(blocks.into_iter())));
+        } else if let Some(block) = blocks.into_iter().next() {
+            self.set_root(Root::Inline(block));
         }
     }
 
-    /// Sets the root to `large`, or to its one block (the inline form again).
-    /// A large root always has two blocks or more.
-    fn collapse_if_single(&mut self, large: Large) {
-        match large.refs().len() {
-            0 => {
-                large.free();
-                self.set_root(Root::Inline(Block::alloc(0)));
-            }
-            1 => {
-                // The newest block of a large window was allocated at its
-                // full size (`newest_of_large`): an inline window takes no
-                // more than it needs.
-                let mut block = large.refs()[0].block;
-                large.free();
-                block.shrink_if_oversized();
-                self.set_root(Root::Inline(block));
-            }
-            _ => self.set_root(Root::Large(large)),
+    /// A large root left with one block (or none) becomes the inline form
+    /// again: a large root always has two blocks or more.
+    fn collapse_if_single(&mut self) {
+        let Some(RootRef::Large(large)) = self.root() else {
+            return;
+        };
+        if large.refs().len() > 1 {
+            return;
         }
+        let Some(Root::Large(large)) = self.take_root() else {
+            unreachable!("the root is large")
+        };
+        let block = if large.refs().is_empty() {
+            drop(large);
+            Block::alloc(0)
+        } else {
+            // The newest block of a large window was allocated at its full
+            // size (`newest_of_large`): an inline window takes no more than
+            // it needs.
+            let mut block = large.into_single();
+            block.shrink_if_oversized();
+            block
+        };
+        self.set_root(Root::Inline(block));
     }
 
     /// Decodes block `at` (of the inline form: 0), lets `change` edit its
     /// runs, and puts the blocks they make in its place: a step back, a count
     /// that no longer fits, a refund whose merged gap does not fit. O(BLOCK_RUNS).
     fn rewrite_block(&mut self, at: usize, change: impl FnOnce(&mut Vec<(i64, u64)>)) {
-        match self.root() {
+        match self.root_mut() {
             None => {
                 let mut runs = Vec::new();
                 change(&mut runs);
                 self.adopt(build_blocks(runs, true));
             }
-            Some(Root::Inline(mut block)) => {
+            Some(RootMut::Inline(block)) => {
                 let mut runs: Vec<(i64, u64)> = block.runs().collect();
                 change(&mut runs);
                 if runs.is_empty() {
                     // The allocation stays the (empty) root.
                     block.clear();
                     block.shrink_if_oversized();
-                    self.set_root(Root::Inline(block));
                     return;
                 }
                 let blocks = build_blocks(runs, true);
-                block.free();
-                self.root = None;
+                drop(self.take_root());
                 self.adopt(blocks);
             }
-            Some(Root::Large(mut large)) => {
-                let old = large.refs()[at].block;
-                let mut runs: Vec<(i64, u64)> = old.runs().collect();
+            Some(RootMut::Large(large)) => {
+                let mut runs: Vec<(i64, u64)> = large.refs()[at].block.runs().collect();
                 change(&mut runs);
-                let blocks = build_blocks(runs, false);
-                old.free();
-                large.splice(at, &blocks);
-                self.collapse_if_single(large);
+                drop(large.splice(at, build_blocks(runs, false)));
+                self.collapse_if_single();
             }
         }
     }
@@ -1786,7 +1924,7 @@ impl RunLog {
     /// An entry older than the newest: into the block it belongs to.
     fn insert_older(&mut self, stamp_ms: i64, cost: u64) {
         let at = match self.root() {
-            Some(Root::Large(large)) => large.find(stamp_ms),
+            Some(RootRef::Large(large)) => large.find(stamp_ms),
             _ => 0,
         };
         self.rewrite_block(at, |runs| {
@@ -1803,36 +1941,28 @@ impl RunLog {
         if count == 0 {
             return 0;
         }
-        match self.root() {
+        match self.root_mut() {
             None => 0,
-            Some(Root::Inline(mut block)) => {
-                let result = block.remove_at(stamp_ms, count);
-                self.set_root(Root::Inline(block));
-                result.unwrap_or_else(|()| self.remove_by_rewrite(0, stamp_ms, count))
-            }
-            Some(Root::Large(large)) => {
+            Some(RootMut::Inline(block)) => match block.remove_at(stamp_ms, count) {
+                Ok(removed) => removed,
+                Err(()) => self.remove_by_rewrite(0, stamp_ms, count),
+            },
+            Some(RootMut::Large(large)) => {
                 let at = large.find(stamp_ms);
-                let r = &mut large.refs()[at];
-                let mut block = r.block;
-                let result = block.remove_at(stamp_ms, count);
-                r.block = block;
-                let Ok(removed) = result else {
-                    self.set_root(Root::Large(large));
+                let r = &mut large.refs_mut()[at];
+                let Ok(removed) = r.block.remove_at(stamp_ms, count) else {
                     return self.remove_by_rewrite(at, stamp_ms, count);
                 };
                 if removed == 0 {
                     return 0;
                 }
-                if block.live_runs() == 0 {
-                    // `splice` counts the block's entries out.
-                    block.free();
-                    let mut large = large;
-                    large.splice(at, &[]);
-                    self.collapse_if_single(large);
+                if r.block.live_runs() == 0 {
+                    // `splice` counts the block's entries out; dropped, it is freed.
+                    drop(large.splice(at, Vec::new()));
+                    self.collapse_if_single();
                 } else {
-                    *r = BlockRef::of(block);
+                    r.refresh();
                     large.set_entries(large.entries() - removed);
-                    self.set_root(Root::Large(large));
                 }
                 removed
             }
@@ -1842,57 +1972,15 @@ impl RunLog {
     /// `trim` for every case.
     #[inline(never)]
     fn trim_slow(&mut self, cutoff_ms: i64) -> u64 {
-        match self.root() {
+        match self.root_mut() {
             None => 0,
-            Some(Root::Inline(mut block)) => {
-                let removed = block.trim(cutoff_ms, true);
-                self.set_root(Root::Inline(block));
+            Some(RootMut::Inline(block)) => block.trim(cutoff_ms, true),
+            Some(RootMut::Large(large)) => {
+                let removed = large.trim(cutoff_ms);
+                self.collapse_if_single();
                 removed
             }
-            Some(Root::Large(large)) => self.trim_large(large, cutoff_ms),
         }
-    }
-
-    /// `trim` of a large window, for every case.
-    fn trim_large(&mut self, mut large: Large, cutoff_ms: i64) -> u64 {
-        let refs = large.refs();
-        // Whole blocks whose successor starts at or before the cutoff
-        // are all expired; the last block is always kept (maybe emptied).
-        let mut gone = 0;
-        let mut removed = 0u64;
-        while gone + 1 < refs.len() && refs[gone + 1].first_ms <= cutoff_ms {
-            removed += u64::from(refs[gone].entries);
-            refs[gone].block.free();
-            gone += 1;
-        }
-        if gone > 0 {
-            large.drop_front(gone as u32, removed);
-        }
-        let r = &mut large.refs()[0];
-        let mut block = r.block;
-        let trimmed = block.trim(cutoff_ms, false);
-        if trimmed == 0 && gone == 0 {
-            return 0;
-        }
-        if trimmed > 0 {
-            r.block = block;
-            r.first_ms = block.first_ms();
-            r.entries -= trimmed as u32;
-            large.set_entries(large.entries() - trimmed);
-            if block.live_runs() > 0 {
-                // The common case: one block trimmed, none freed.
-                if gone > 0 {
-                    self.collapse_if_single(large);
-                }
-                return removed + trimmed;
-            }
-        }
-        if block.live_runs() == 0 && large.refs().len() > 1 {
-            block.free();
-            large.drop_front(1, 0);
-        }
-        self.collapse_if_single(large);
-        removed + trimmed
     }
 
     fn remove_by_rewrite(&mut self, at: usize, stamp_ms: i64, count: u64) -> u64 {
@@ -2076,16 +2164,16 @@ impl Log for RunLog {
     fn len(&self) -> u64 {
         match self.root() {
             None => 0,
-            Some(Root::Inline(block)) => block.entries(),
-            Some(Root::Large(large)) => large.entries(),
+            Some(RootRef::Inline(block)) => block.entries(),
+            Some(RootRef::Large(large)) => large.entries(),
         }
     }
 
     fn count_expired(&self, cutoff_ms: i64) -> u64 {
         match self.root() {
             None => 0,
-            Some(Root::Inline(block)) => block.count_le(cutoff_ms),
-            Some(Root::Large(large)) => {
+            Some(RootRef::Inline(block)) => block.count_le(cutoff_ms),
+            Some(RootRef::Large(large)) => {
                 let refs = large.refs();
                 if refs[0].first_ms > cutoff_ms {
                     return 0;
@@ -2107,15 +2195,15 @@ impl Log for RunLog {
 
     fn trim(&mut self, cutoff_ms: i64) -> u64 {
         // The common cases: nothing expired, or the oldest block trimmed in place.
-        match self.root() {
+        match self.root_mut() {
             None => return 0,
-            Some(Root::Inline(block)) => {
+            Some(RootMut::Inline(block)) => {
                 if let Some(removed) = block.trim_in_place(cutoff_ms) {
                     return removed;
                 }
             }
-            Some(Root::Large(large)) => {
-                let refs = large.refs();
+            Some(RootMut::Large(large)) => {
+                let refs = large.refs_mut();
                 if refs[0].first_ms > cutoff_ms {
                     return 0;
                 }
@@ -2132,17 +2220,18 @@ impl Log for RunLog {
         }
         self.trim_slow(cutoff_ms)
     }
+
     fn nth_live(&self, cutoff_ms: i64, n: u64) -> Option<i64> {
         if n == 0 {
             return None;
         }
         match self.root() {
             None => None,
-            Some(Root::Inline(block)) => {
+            Some(RootRef::Inline(block)) => {
                 let target = block.count_le(cutoff_ms) + n;
                 (target <= block.entries()).then(|| block.nth(target)).flatten()
             }
-            Some(Root::Large(large)) => {
+            Some(RootRef::Large(large)) => {
                 let refs = large.refs();
                 let at = if refs[0].first_ms > cutoff_ms {
                     0
@@ -2166,8 +2255,8 @@ impl Log for RunLog {
         match self.root() {
             _ if self.is_empty() => None,
             None => None,
-            Some(Root::Inline(block)) => Some(block.last_ms()),
-            Some(Root::Large(large)) => large.refs().last().map(|r| r.block.last_ms()),
+            Some(RootRef::Inline(block)) => Some(block.last_ms()),
+            Some(RootRef::Large(large)) => large.refs().last().map(|r| r.block.last_ms()),
         }
     }
 
@@ -2180,9 +2269,9 @@ impl Log for RunLog {
             return;
         }
         // The common case: appended where the newest run is, in place.
-        let done = match self.root() {
-            Some(Root::Inline(block)) => block.try_append_in_place(now_ms, cost, INLINE),
-            Some(Root::Large(large)) => large.try_append_in_place(now_ms, cost),
+        let done = match self.root_mut() {
+            Some(RootMut::Inline(block)) => block.try_append_in_place(now_ms, cost, INLINE),
+            Some(RootMut::Large(large)) => large.try_append_in_place(now_ms, cost),
             None => false,
         };
         if !done {
@@ -2195,51 +2284,43 @@ impl RunLog {
     /// `record` for every case.
     #[inline(never)]
     fn record_slow(&mut self, now_ms: i64, cost: u64) {
-        match self.root() {
+        match self.root_mut() {
             None => self.set_root(Root::Inline(Block::with_run(now_ms, cost))),
-            Some(Root::Inline(mut block)) => {
+            Some(RootMut::Inline(block)) => {
                 let header = block.header();
                 if header.runs == 0 {
                     block.reset_to(now_ms, cost);
-                    self.set_root(Root::Inline(block));
                 } else if now_ms > header.last_ms() {
-                    if block.try_append(now_ms, cost, INLINE) {
-                        self.set_root(Root::Inline(block));
-                    } else {
-                        self.set_root(Root::Large(Large::new(&[block, Block::newest_of_large(now_ms, cost)])));
+                    if !block.try_append(now_ms, cost, INLINE) {
+                        let Some(Root::Inline(block)) = self.take_root() else {
+                            unreachable!("the root is inline")
+                        };
+                        let blocks = [block, Block::newest_of_large(now_ms, cost)];
+                        self.set_root(Root::Large(Large::new(blocks.into_iter())));
                     }
                 } else if now_ms == header.last_ms() {
-                    if block.try_add_to_last(cost) {
-                        self.set_root(Root::Inline(block));
-                    } else {
-                        self.set_root(Root::Inline(block));
+                    if !block.try_add_to_last(cost) {
                         self.insert_older(now_ms, cost);
                     }
                 } else {
-                    self.set_root(Root::Inline(block));
                     self.insert_older(now_ms, cost);
                 }
             }
-            Some(Root::Large(mut large)) => {
-                let refs = large.refs();
-                let last = refs.len() - 1;
-                let r = &mut refs[last];
-                let mut block = r.block;
-                let last_ms = block.last_ms();
-                let done = (now_ms > last_ms && block.try_append(now_ms, cost, INDEXED))
-                    || (now_ms == last_ms && block.try_add_to_last(cost));
+            Some(RootMut::Large(large)) => {
+                let Some(r) = large.refs_mut().last_mut() else {
+                    unreachable!("a large root holds blocks")
+                };
+                let last_ms = r.block.last_ms();
+                let done = (now_ms > last_ms && r.block.try_append(now_ms, cost, INDEXED))
+                    || (now_ms == last_ms && r.block.try_add_to_last(cost));
                 if done {
-                    r.block = block;
                     r.entries += cost as u32;
                     large.set_entries(large.entries() + cost);
-                    self.set_root(Root::Large(large));
                 } else if now_ms > last_ms {
-                    *r = BlockRef::of(block);
+                    r.refresh();
                     large.push(Block::newest_of_large(now_ms, cost));
                     large.set_entries(large.entries() + cost);
-                    self.set_root(Root::Large(large));
                 } else {
-                    self.set_root(Root::Large(large));
                     self.insert_older(now_ms, cost);
                 }
             }
@@ -2250,7 +2331,7 @@ impl RunLog {
 /// Iterator over a log's runs, oldest first.
 pub struct Runs<'a> {
     blocks: &'a [BlockRef],
-    single: Option<Block>,
+    single: Option<&'a Block>,
     current: Option<BlockRuns<'a>>,
 }
 
@@ -2262,17 +2343,15 @@ impl<'a> Iterator for Runs<'a> {
             if let Some(run) = self.current.as_mut().and_then(Iterator::next) {
                 return Some(run);
             }
-            let block = match self.single.take() {
+            let block: &'a Block = match self.single.take() {
                 Some(block) => block,
                 None => {
                     let (first, rest) = self.blocks.split_first()?;
                     self.blocks = rest;
-                    first.block
+                    &first.block
                 }
             };
-            // SAFETY: the blocks live as long as the log borrowed for 'a.
-            let data: &'a [u8] = unsafe { std::slice::from_raw_parts(block.0.as_ptr(), block.size()) };
-            self.current = Some(BlockRuns::new(&block.header(), data));
+            self.current = Some(BlockRuns::new(&block.header(), block.bytes()));
         }
     }
 }
@@ -2878,20 +2957,20 @@ mod tests {
         for i in 0..600 {
             log.record(T + i * 1000, 1);
         }
-        let Some(Root::Inline(block)) = log.root() else {
+        let Some(RootRef::Inline(block)) = log.root() else {
             panic!()
         };
         let (size, before) = (block.size(), block.0);
         for i in 0..127 {
             assert_eq!(log.trim(T + i * 1000), 1);
-            let Some(Root::Inline(block)) = log.root() else {
+            let Some(RootRef::Inline(block)) = log.root() else {
                 panic!()
             };
             assert_eq!(block.header().dead, i as u32 + 1);
             assert_eq!(block.0, before, "a trim moves nothing");
         }
         assert_eq!(log.trim(T + 127 * 1000), 1);
-        let Some(Root::Inline(block)) = log.root() else {
+        let Some(RootRef::Inline(block)) = log.root() else {
             panic!()
         };
         assert_eq!(
@@ -2906,7 +2985,7 @@ mod tests {
             assert_eq!(log.trim(T + (i - 600 + 128) * 1000), 1);
             assert_eq!(log.len(), 600 - 128);
         }
-        let Some(Root::Inline(block)) = log.root() else {
+        let Some(RootRef::Inline(block)) = log.root() else {
             panic!()
         };
         assert!(block.size() <= size, "{} B, {size} B before", block.size());
@@ -2919,7 +2998,7 @@ mod tests {
     /// Every index entry agrees with its block, and the root's count with
     /// the index; every block has a live run, and its size class holds it.
     fn assert_consistent(log: &RunLog) {
-        let check = |block: Block| {
+        let check = |block: &Block| {
             let header = block.header();
             assert!(header.dead <= MAX_DEAD && header.dead <= header.runs, "{header:?}");
             assert!(header.layout().bytes(header.runs) <= block.size(), "{header:?}");
@@ -2932,11 +3011,11 @@ mod tests {
         };
         match log.root() {
             None => {}
-            Some(Root::Inline(block)) => check(block),
-            Some(Root::Large(large)) => {
+            Some(RootRef::Inline(block)) => check(block),
+            Some(RootRef::Large(large)) => {
                 assert!(large.refs().len() >= 2);
                 for r in large.refs() {
-                    check(r.block);
+                    check(&r.block);
                     assert!(r.block.live_runs() > 0);
                     assert_eq!(
                         (r.first_ms, u64::from(r.entries)),
@@ -3028,7 +3107,6 @@ mod tests {
                         cw: (slots.cw + extra_cw).min(30),
                     };
                     if to.bytes(runs as u32) > BLOCK_BYTES {
-                        block.free();
                         continue;
                     }
                     block.reserve(to.bytes(runs as u32));
@@ -3045,7 +3123,6 @@ mod tests {
                         "{dw}/{cw} -> {to:?}, {runs} runs"
                     );
                     assert_eq!(block.entries(), list[dead as usize..].iter().map(|r| r.1).sum::<u64>());
-                    block.free();
                 }
             }
         }
