@@ -6,17 +6,15 @@
 
 use std::ffi::{c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use crate::args::{self, ArgError, Command};
-use crate::store::effect::Effect;
+use crate::config;
 use crate::store::{self, api, bytes_of, compact, Form, Key, Opened, Refusal, TTL_MARGIN_MS, WRONGTYPE};
-use crate::window::{self, Decision};
-
-/// Upper bound of `limit`, set at load time (`MAX-LIMIT`) or by CONFIG SET.
-pub static MAX_LIMIT: AtomicI64 = AtomicI64::new(args::DEFAULT_MAX_LIMIT);
+use xcloak_core::args::{self, ArgError, Command};
+use xcloak_core::effect::Effect;
+use xcloak_core::window::{self, Decision};
 
 /// Counters reported by `INFO xcloak`. Commands run on the main thread; the
 /// atomics only make the statics safe to share.
@@ -77,7 +75,7 @@ pub extern "C" fn convert(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Re
             return refuse(ctx, ArgError::Invalid(message.to_string()));
         }
         // SAFETY: `ctx` and the key argument belong to this call.
-        match unsafe { store::convert(ctx, strings[1], to, MAX_LIMIT.load(Relaxed) as u64) } {
+        match unsafe { store::convert(ctx, strings[1], to, config::max_limit() as u64) } {
             Ok(converted) => {
                 CONVERTED.fetch_add(converted as u64, Relaxed);
                 unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, converted as i64) };
@@ -195,7 +193,7 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         &heap
     };
 
-    let request = match args::parse(command, words, MAX_LIMIT.load(Relaxed)) {
+    let request = match args::parse(command, words, config::max_limit()) {
         Ok(request) => request,
         Err(error) => return refuse(ctx, error),
     };

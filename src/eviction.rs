@@ -28,7 +28,9 @@ use std::sync::Mutex;
 
 use redis_module::raw;
 
-use crate::store::{api, bytes_of, compact, zset, Key};
+use xcloak_core::member::member_slot;
+
+use crate::store::{api, bytes_of, compact, Key};
 
 /// Windows evicted since load (`xcloak_evicted`).
 pub static EVICTED: AtomicU64 = AtomicU64::new(0);
@@ -147,7 +149,7 @@ fn is_zset_window(key: &Key) -> bool {
         let window = !member.is_null()
             && score.fract() == 0.0
             && score.abs() < 9.0e15
-            && zset::member_slot(bytes_of(member), score as i64).is_some();
+            && member_slot(bytes_of(member), score as i64).is_some();
         if !member.is_null() {
             api!(RedisModule_FreeString)(key.ctx, member);
         }
