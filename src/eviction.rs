@@ -21,16 +21,13 @@
 //! what it evicted itself.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use redis_module::raw;
 
-use xcloak_core::member::member_slot;
-
-use crate::store::{api, bytes_of, compact, Key};
+use crate::store::{api, bytes_of, compact, zset, Key};
 
 /// Windows evicted since load (`xcloak_evicted`).
 pub static EVICTED: AtomicU64 = AtomicU64::new(0);
@@ -120,42 +117,13 @@ extern "C" fn key_removed(
         if raw_key.is_null() {
             return;
         }
-        let key = ManuallyDrop::new(Key {
-            ctx,
-            raw: raw_key,
-            name: std::ptr::null_mut(),
-        });
-        if compact::is_ours(&key) || is_zset_window(&key) {
+        // SAFETY: the key is open for reading during this callback, and
+        // used only within it.
+        let key = unsafe { Key::lent(ctx, raw_key) };
+        if compact::is_ours(&key) || zset::is_window(&key) {
             window_evicted(ctx);
         }
     });
-}
-
-/// Whether the open `key` is a sorted set whose first entry is one this
-/// module writes: its member is the one `zset::format_member` gives its score.
-fn is_zset_window(key: &Key) -> bool {
-    // SAFETY: the key is open for reading; the range iterator is stopped and
-    // the element string freed before returning.
-    unsafe {
-        if api!(RedisModule_KeyType)(key.raw) as isize != raw::REDISMODULE_KEYTYPE_ZSET {
-            return false;
-        }
-        let first = api!(RedisModule_ZsetFirstInScoreRange)(key.raw, f64::NEG_INFINITY, f64::INFINITY, 0, 0);
-        if first != raw::REDISMODULE_OK as c_int {
-            return false;
-        }
-        let mut score = 0.0;
-        let member = api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score);
-        let window = !member.is_null()
-            && score.fract() == 0.0
-            && score.abs() < 9.0e15
-            && member_slot(bytes_of(member), score as i64).is_some();
-        if !member.is_null() {
-            api!(RedisModule_FreeString)(key.ctx, member);
-        }
-        api!(RedisModule_ZsetRangeStop)(key.raw);
-        window
-    }
 }
 
 /// The compact type's `unlink` callback: remembers the key for the
@@ -168,7 +136,8 @@ pub extern "C" fn compact_unlinked(key: *mut raw::RedisModuleString, _value: *co
         if let Ok(mut last) = LAST_UNLINKED.lock() {
             last.0 = key as usize;
             last.1.clear();
-            last.1.extend_from_slice(bytes_of(key));
+            // SAFETY: the server passes a live key name for the callback.
+            last.1.extend_from_slice(unsafe { key.as_ref() }.map_or(&[], bytes_of));
         }
     });
 }
@@ -183,7 +152,8 @@ extern "C" fn evicted_event(
 ) -> c_int {
     quietly(|| {
         let matched = LAST_UNLINKED.lock().is_ok_and(|mut last| {
-            let matched = last.0 == key as usize && last.1 == bytes_of(key);
+            // SAFETY: the server passes a live key name for the callback.
+            let matched = last.0 == key as usize && last.1 == unsafe { key.as_ref() }.map_or(&[][..], bytes_of);
             last.0 = 0;
             matched
         });

@@ -18,6 +18,7 @@ pub mod compact;
 pub mod zset;
 
 use std::ffi::{c_char, c_int};
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use redis_module::raw;
@@ -158,11 +159,13 @@ pub fn creation_form() -> Form {
     }
 }
 
-/// An open key, closed on drop (also when unwinding from a panic).
+/// An open key, closed on drop (also when unwinding from a panic). Its raw
+/// handles are the store's: above it, a key is opened by [`Key::open`] or
+/// lent by [`Key::lent`], never built by hand.
 pub struct Key {
-    pub ctx: *mut raw::RedisModuleCtx,
-    pub raw: *mut raw::RedisModuleKey,
-    pub name: *mut raw::RedisModuleString,
+    pub(in crate::store) ctx: *mut raw::RedisModuleCtx,
+    pub(in crate::store) raw: *mut raw::RedisModuleKey,
+    pub(in crate::store) name: *mut raw::RedisModuleString,
 }
 
 /// What an open key holds.
@@ -187,6 +190,20 @@ impl Key {
         };
         let raw = unsafe { api!(RedisModule_OpenKey)(ctx, name, mode as c_int) };
         Key { ctx, raw, name }
+    }
+
+    /// A key the server opened and lends to a callback (the `Key` event's
+    /// key info): usable as a `Key`, never closed by this module.
+    ///
+    /// # Safety
+    /// `raw` must be a key open for reading for as long as the result is
+    /// used, within the callback that was given it with `ctx`.
+    pub unsafe fn lent(ctx: *mut raw::RedisModuleCtx, raw: *mut raw::RedisModuleKey) -> ManuallyDrop<Key> {
+        ManuallyDrop::new(Key {
+            ctx,
+            raw,
+            name: std::ptr::null_mut(),
+        })
     }
 
     /// A stand-in that holds no key (closes nothing).
@@ -523,7 +540,9 @@ impl Owned {
     }
 
     pub fn bytes(&self) -> &[u8] {
-        bytes_of(self.string)
+        // SAFETY: an owned string is live until it is dropped, so for the
+        // borrow of `self`.
+        unsafe { self.string.as_ref() }.map_or(&[], bytes_of)
     }
 }
 
@@ -537,15 +556,32 @@ impl Drop for Owned {
     }
 }
 
-/// The bytes of a RedisModuleString (valid while the string is).
-pub fn bytes_of<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
-    if string.is_null() {
-        return &[];
-    }
+/// The bytes of a module string, borrowed as long as the string is (a
+/// reference to one is made at the border: [`arguments`], `Owned::bytes`,
+/// a callback's key).
+pub fn bytes_of(string: &raw::RedisModuleString) -> &[u8] {
     let mut len = 0usize;
-    // SAFETY: StringPtrLen returns a pointer to `len` bytes owned by `string`.
+    // SAFETY: a live string (a reference); StringPtrLen returns a pointer to
+    // `len` bytes it owns, which live as long as it does.
     unsafe {
         let data = api!(RedisModule_StringPtrLen)(string, &mut len);
         std::slice::from_raw_parts(data as *const u8, len)
     }
+}
+
+/// The raw pointer of a borrowed string, for the module API (which takes
+/// `*mut` but, for these calls, only reads the string or counts a reference).
+pub fn raw_of(string: &raw::RedisModuleString) -> *mut raw::RedisModuleString {
+    std::ptr::from_ref(string).cast_mut()
+}
+
+/// The arguments of the executing command, borrowed for the call.
+///
+/// # Safety
+/// `argv` and `argc` must be what the server passed to the handler that is
+/// executing, and the slice must not be kept past its return.
+pub unsafe fn arguments<'a>(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> &'a [&'a raw::RedisModuleString] {
+    // SAFETY: the server hands `argc` valid, non-null strings in `argv` for
+    // this call (the caller's promise), so each is a live `&RedisModuleString`.
+    unsafe { std::slice::from_raw_parts(argv as *const &raw::RedisModuleString, argc.max(0) as usize) }
 }

@@ -399,3 +399,29 @@ impl Log for ZsetLog {
 fn score_ms(score: f64) -> i64 {
     score.ceil() as i64
 }
+
+/// Whether the open `key` is a sorted set whose first entry is one this
+/// module writes: its member is the one `format_member` gives its score
+/// (`eviction.rs` asks, for a key the server lends it).
+pub fn is_window(key: &Key) -> bool {
+    // SAFETY: the key is open for reading; the range iterator is stopped and
+    // the element string freed before returning.
+    unsafe {
+        if api!(RedisModule_KeyType)(key.raw) as isize != raw::REDISMODULE_KEYTYPE_ZSET {
+            return false;
+        }
+        let first = api!(RedisModule_ZsetFirstInScoreRange)(key.raw, f64::NEG_INFINITY, f64::INFINITY, 0, 0);
+        if first != raw::REDISMODULE_OK as c_int {
+            return false;
+        }
+        let mut score = 0.0;
+        let member = Owned::adopt(key.ctx, api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score));
+        let window = !member.string.is_null()
+            && score.fract() == 0.0
+            && score.abs() < 9.0e15
+            && member_slot(member.bytes(), score as i64).is_some();
+        drop(member);
+        api!(RedisModule_ZsetRangeStop)(key.raw);
+        window
+    }
+}
