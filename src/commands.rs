@@ -60,6 +60,7 @@ pub extern "C" fn refund(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Red
         key.commit_removal();
         drop(key);
         REFUNDED.fetch_add(removed, Relaxed);
+        // SAFETY: the context of the executing command, which replies once.
         unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, removed as i64) };
     })
 }
@@ -160,6 +161,7 @@ fn wrong_type(ctx: *mut raw::RedisModuleCtx) {
 fn refuse(ctx: *mut raw::RedisModuleCtx, error: ArgError) {
     ERRORS.fetch_add(1, Relaxed);
     match error {
+        // SAFETY: the context of the executing command, which replies once.
         ArgError::Arity => unsafe {
             api!(RedisModule_WrongArity)(ctx);
         },
@@ -204,6 +206,7 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         panic!("xcloak fault injection: deliberate panic on key xcloak:fault:panic");
     }
 
+    // SAFETY: a plain read of the server clock.
     let server_ms = unsafe { api!(RedisModule_Milliseconds)() };
     let now_ms = request.now_ms.unwrap_or(server_ms);
     let Some(mut key) = open_window(ctx, raw_of(strings[1]), command == Command::Allow) else {
@@ -227,6 +230,7 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
                 key.commit(server_ms, ttl_ms);
                 drop(key);
                 count(allowed);
+                // SAFETY: the context of the executing command, which replies once.
                 unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, stamp(allowed).unwrap_or(allowed as i64)) };
             }
         }
@@ -262,6 +266,8 @@ fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: boo
         binding.retry_after_ms,
         binding.reset_after_ms,
     ];
+    // SAFETY: the context of the executing command: one array of as many
+    // fields as it announces.
     unsafe {
         api!(RedisModule_ReplyWithArray)(ctx, (fields.len() + tiered as usize + last.is_some() as usize) as _);
         for field in fields {
@@ -291,5 +297,6 @@ fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: boo
 
 fn reply_error(ctx: *mut raw::RedisModuleCtx, message: &str) {
     let text = CString::new(message).unwrap_or_else(|_| c"ERR invalid error text".to_owned());
+    // SAFETY: the executing command's context; `text` is NUL-terminated and outlives the call.
     unsafe { api!(RedisModule_ReplyWithError)(ctx, text.as_ptr()) };
 }

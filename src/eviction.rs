@@ -169,6 +169,7 @@ extern "C" fn evicted_event(
 fn window_evicted(ctx: *mut raw::RedisModuleCtx) {
     let total = EVICTED.fetch_add(1, Relaxed) + 1;
     UNLOGGED.fetch_add(1, Relaxed);
+    // SAFETY: a plain read of the server clock.
     let now_ms = unsafe { api!(RedisModule_Milliseconds)() };
     let since_last_ms = now_ms - LAST_LOG_MS.load(Relaxed);
     if LAST_LOG_MS.load(Relaxed) == 0 || since_last_ms >= LOG_INTERVAL_MS {
@@ -194,6 +195,7 @@ fn window_evicted(ctx: *mut raw::RedisModuleCtx) {
 extern "C" fn log_pending(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     quietly(|| {
         TIMER_PENDING.store(false, Relaxed);
+        // SAFETY: a plain read of the server clock.
         let now_ms = unsafe { api!(RedisModule_Milliseconds)() };
         log_evictions(now_ms, EVICTED.load(Relaxed));
     });

@@ -113,6 +113,7 @@ mod module {
             previous(panic);
         }));
         // Replaces the info callback the macro registered (it runs before init).
+        // SAFETY: the OnLoad context; `info` is a static callback.
         unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(info)) };
         ctx.log_notice(&format!("version {} loaded", crate::version::TEXT));
         Status::Ok

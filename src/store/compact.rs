@@ -399,6 +399,7 @@ fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
 /// # Safety
 /// `value` must be a value of this type (a RunLog root the server holds).
 unsafe fn log_of(value: *const c_void) -> ManuallyDrop<RunLog> {
+    // SAFETY: the caller's promise: a root this type handed the server; ManuallyDrop leaves it the server's.
     ManuallyDrop::new(unsafe { RunLog::from_raw(value as *mut u8) })
 }
 
@@ -434,6 +435,7 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<RunLog, String> {
             "its encoding version is {encver}, this module reads versions {ENCODING_VERSION_RUNS} and {ENCODING_VERSION} (load it with the module version that wrote it, or newer)"
         ));
     }
+    // SAFETY: `rdb` is the live IO the server passed to this load.
     let io_error = || unsafe { api!(RedisModule_IsIOError)(rdb) } != 0;
     // SAFETY: a live IO of this type's value.
     let entries = unsafe { api!(RedisModule_LoadUnsigned)(rdb) };
@@ -452,6 +454,7 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<RunLog, String> {
     } else {
         RunLog::decode_runs(bytes)
     };
+    // SAFETY: `buffer` came from LoadStringBuffer, is freed once, and `bytes` is not used after.
     unsafe { api!(RedisModule_Free)(buffer as *mut c_void) };
     let log = decoded.map_err(|e| format!("{e} (encoding version {encver})"))?;
     if log.len() != entries {

@@ -188,6 +188,7 @@ impl Key {
         } else {
             raw::REDISMODULE_READ
         };
+        // SAFETY: the caller's promise: the live context and a string of this call.
         let raw = unsafe { api!(RedisModule_OpenKey)(ctx, name, mode as c_int) };
         Key { ctx, raw, name }
     }
@@ -230,6 +231,7 @@ impl Key {
     }
 
     pub fn is_empty(&self) -> bool {
+        // SAFETY: the key is open (or null: KeyType answers EMPTY).
         (unsafe { api!(RedisModule_KeyType)(self.raw) }) as isize == raw::REDISMODULE_KEYTYPE_EMPTY
     }
 
@@ -325,6 +327,7 @@ pub enum Opened {
 /// `ctx` and `name` must be the live context and an argument of the command
 /// being executed.
 pub unsafe fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, writable: bool) -> Opened {
+    // SAFETY: the caller's promise (this fn's own contract).
     let key = unsafe { Key::open(ctx, name, writable) };
     match key.holds() {
         Holds::Window(form) => Opened::Ready(Window::new(key, form)),
@@ -475,6 +478,7 @@ pub unsafe fn convert(
     to: Form,
     max_entries: u64,
 ) -> Result<bool, Refusal> {
+    // SAFETY: the caller's promise (this fn's own contract).
     let key = unsafe { Key::open(ctx, name, true) };
     let from = match key.holds() {
         Holds::Nothing => return Ok(false),
@@ -494,6 +498,7 @@ pub unsafe fn convert(
     }
     let expire_at_ms = key
         .ttl_ms()
+        // SAFETY: a plain read of the server clock.
         .map(|ttl_ms| unsafe { api!(RedisModule_Milliseconds)() } + ttl_ms);
     key.delete();
     // SAFETY: "s" the key name.
@@ -525,11 +530,13 @@ pub struct Owned {
 
 impl Owned {
     pub fn from_bytes(ctx: *mut raw::RedisModuleCtx, bytes: &[u8]) -> Self {
+        // SAFETY: `bytes` is valid for its length; the string is freed by `Owned`.
         let string = unsafe { api!(RedisModule_CreateString)(ctx, bytes.as_ptr() as *const c_char, bytes.len()) };
         Owned { ctx, string }
     }
 
     pub fn from_i64(ctx: *mut raw::RedisModuleCtx, value: i64) -> Self {
+        // SAFETY: a new string, freed by `Owned`.
         let string = unsafe { api!(RedisModule_CreateStringFromLongLong)(ctx, value) };
         Owned { ctx, string }
     }

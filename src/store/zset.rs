@@ -71,6 +71,7 @@ impl ZsetLog {
     }
 
     fn stop(&self) {
+        // SAFETY: the key is open; stopping an iterator that is not started is a no-op.
         unsafe { api!(RedisModule_ZsetRangeStop)(self.key.raw) };
     }
 
@@ -187,6 +188,7 @@ fn seek(key: &Key, min: f64, max: f64, min_exclusive: bool, first: bool) -> bool
 
 fn current(key: &Key) -> (Owned, f64) {
     let mut score = 0.0;
+    // SAFETY: the iterator is on an element (`seek` said so); the member is freed by `Owned`.
     let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score) };
     (Owned::adopt(key.ctx, member), score)
 }
@@ -214,10 +216,12 @@ pub fn read_runs(key: &Key) -> Result<Vec<(i64, u64)>, String> {
             Some((last_ms, count)) if *last_ms == stamp_ms => *count += 1,
             _ => runs.push((stamp_ms, 1)),
         }
+        // SAFETY: the key is open and its range iterator started.
         if unsafe { api!(RedisModule_ZsetRangeNext)(key.raw) } == 0 {
             break Ok(runs);
         }
     };
+    // SAFETY: the key is open; its iterator is stopped once.
     unsafe { api!(RedisModule_ZsetRangeStop)(key.raw) };
     result
 }
@@ -247,6 +251,7 @@ pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
 
 impl Log for ZsetLog {
     fn len(&self) -> u64 {
+        // SAFETY: the key is open.
         unsafe { api!(RedisModule_ValueLength)(self.key.raw) as u64 }
     }
 
@@ -255,6 +260,7 @@ impl Log for ZsetLog {
             return 0;
         }
         let mut count = 1;
+        // SAFETY: the key is open and its range iterator started.
         while unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } != 0 {
             count += 1;
         }
@@ -276,6 +282,7 @@ impl Log for ZsetLog {
         let more = loop {
             expired[collected] = Some(self.current().0);
             collected += 1;
+            // SAFETY: the key is open and its range iterator started.
             let next = unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } != 0;
             if !next || collected == TRIM_BATCH {
                 break next;
@@ -292,6 +299,7 @@ impl Log for ZsetLog {
             self.stop();
         }
         for member in expired.iter().flatten() {
+            // SAFETY: the key is open for writing and no iterator walks it now; `member` is a live string.
             unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
         }
         self.changes.trimmed = collected as u64;
@@ -299,6 +307,7 @@ impl Log for ZsetLog {
         while more && self.seek(f64::NEG_INFINITY, cutoff, false, true) {
             let (member, _) = self.current();
             self.stop();
+            // SAFETY: the key is open for writing and no iterator walks it now; `member` is a live string.
             unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
             self.changes.trimmed += 1;
         }
@@ -310,6 +319,7 @@ impl Log for ZsetLog {
             return None;
         }
         for _ in 1..n {
+            // SAFETY: the key is open and its range iterator started.
             if unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } == 0 {
                 self.stop();
                 return None;
@@ -373,6 +383,7 @@ impl Log for ZsetLog {
         let mut members: Vec<Owned> = Vec::new();
         loop {
             members.push(self.current().0);
+            // SAFETY: the key is open and its range iterator started.
             if members.len() as u64 == count || unsafe { api!(RedisModule_ZsetRangePrev)(self.key.raw) } == 0 {
                 break;
             }
