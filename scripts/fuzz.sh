@@ -9,8 +9,8 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (0 seconds: replay the corpus only)
 #   FUZZ_SECONDS=60 make fuzz
-# Targets: parse_args (src/args.rs), window (src/window.rs over an in-memory log),
-# decode (src/store/encoding.rs: RunLog::decode and the log it returns).
+# Targets (over the xcloak-core crate, core/): parse_args (args.rs), window (window.rs over an in-memory log),
+# decode (log/: RunLog::decode and the log it returns).
 # The committed corpus fuzz/corpus/<target>/ seeds each run; new inputs land in
 # fuzz/corpus-work/<target>/ (ignored by git; fold them in with
 # `release/<target> -merge=1 corpus/<target> corpus-work/<target>`); crashes in

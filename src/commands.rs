@@ -6,17 +6,17 @@
 
 use std::ffi::{c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use crate::args::{self, ArgError, Command};
-use crate::store::effect::Effect;
-use crate::store::{self, api, bytes_of, compact, Form, Key, Opened, Refusal, TTL_MARGIN_MS, WRONGTYPE};
-use crate::window::{self, Decision};
-
-/// Upper bound of `limit`, set at load time (`MAX-LIMIT`) or by CONFIG SET.
-pub static MAX_LIMIT: AtomicI64 = AtomicI64::new(args::DEFAULT_MAX_LIMIT);
+use crate::config;
+use crate::store::{
+    self, api, arguments, bytes_of, compact, raw_of, Form, Key, Opened, Refusal, TTL_MARGIN_MS, WRONGTYPE,
+};
+use xcloak_core::args::{self, ArgError, Command};
+use xcloak_core::effect::Effect;
+use xcloak_core::window::{self, Decision};
 
 /// Counters reported by `INFO xcloak`. Commands run on the main thread; the
 /// atomics only make the statics safe to share.
@@ -46,19 +46,21 @@ pub extern "C" fn peek(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redis
 /// stamped exactly `stamp` and replies how many went.
 pub extern "C" fn refund(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     guarded(ctx, || {
-        let strings = arguments(argv, argc);
+        // SAFETY: the handler's own argv/argc, borrowed for this call only.
+        let strings = unsafe { arguments(argv, argc) };
         let words: Vec<&[u8]> = strings.iter().map(|&s| bytes_of(s)).collect();
         let request = match args::parse_refund(&words) {
             Ok(request) => request,
             Err(error) => return refuse(ctx, error),
         };
-        let Some(mut key) = open_window(ctx, strings[1], true) else {
+        let Some(mut key) = open_window(ctx, raw_of(strings[1]), true) else {
             return;
         };
         let removed = window::refund(&mut key, request.stamp_ms, request.cost);
         key.commit_removal();
         drop(key);
         REFUNDED.fetch_add(removed, Relaxed);
+        // SAFETY: the context of the executing command, which replies once.
         unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, removed as i64) };
     })
 }
@@ -66,7 +68,8 @@ pub extern "C" fn refund(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Red
 /// `XCLOAK.CONVERT key ZSET|COMPACT`
 pub extern "C" fn convert(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     guarded(ctx, || {
-        let strings = arguments(argv, argc);
+        // SAFETY: the handler's own argv/argc, borrowed for this call only.
+        let strings = unsafe { arguments(argv, argc) };
         let words: Vec<&[u8]> = strings.iter().map(|&s| bytes_of(s)).collect();
         let to = match args::parse_convert(&words) {
             Ok(to) => to,
@@ -77,7 +80,7 @@ pub extern "C" fn convert(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Re
             return refuse(ctx, ArgError::Invalid(message.to_string()));
         }
         // SAFETY: `ctx` and the key argument belong to this call.
-        match unsafe { store::convert(ctx, strings[1], to, MAX_LIMIT.load(Relaxed) as u64) } {
+        match unsafe { store::convert(ctx, raw_of(strings[1]), to, config::max_limit() as u64) } {
             Ok(converted) => {
                 CONVERTED.fetch_add(converted as u64, Relaxed);
                 unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, converted as i64) };
@@ -96,7 +99,8 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
             let message = "XCLOAK.APPLY is internal: it replays the compact form's effects from a primary or the AOF";
             return refuse(ctx, ArgError::Invalid(message.to_string()));
         }
-        let strings = arguments(argv, argc);
+        // SAFETY: the handler's own argv/argc, borrowed for this call only.
+        let strings = unsafe { arguments(argv, argc) };
         if !(3..=4).contains(&strings.len()) {
             return refuse(ctx, ArgError::Arity);
         }
@@ -115,12 +119,12 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
             Err(message) => return refuse(ctx, ArgError::Invalid(message)),
         };
         // SAFETY: `ctx` and the key argument belong to this call.
-        let key = unsafe { Key::open(ctx, strings[1], true) };
+        let key = unsafe { Key::open(ctx, raw_of(strings[1]), true) };
         match compact::apply(key, &effect, strings.get(3).map(|&s| bytes_of(s))) {
             Ok(()) => unsafe {
                 // An effect is replicated only when it changed the window: a
                 // reader tracking it on this replica is told.
-                store::signal_modified(ctx, strings[1]);
+                store::signal_modified(ctx, raw_of(strings[1]));
                 api!(RedisModule_ReplicateVerbatim)(ctx);
                 api!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr());
             },
@@ -153,16 +157,11 @@ fn wrong_type(ctx: *mut raw::RedisModuleCtx) {
     reply_error(ctx, WRONGTYPE);
 }
 
-/// The call's arguments.
-fn arguments<'a>(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> &'a [*mut raw::RedisModuleString] {
-    // SAFETY: the server hands `argc` valid strings in `argv` for this call.
-    unsafe { std::slice::from_raw_parts(argv, argc.max(0) as usize) }
-}
-
 /// Answers a bad call with its error, counting it.
 fn refuse(ctx: *mut raw::RedisModuleCtx, error: ArgError) {
     ERRORS.fetch_add(1, Relaxed);
     match error {
+        // SAFETY: the context of the executing command, which replies once.
         ArgError::Arity => unsafe {
             api!(RedisModule_WrongArity)(ctx);
         },
@@ -179,7 +178,8 @@ fn guarded(ctx: *mut raw::RedisModuleCtx, body: impl FnOnce()) -> c_int {
 }
 
 fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int, command: Command) {
-    let strings = arguments(argv, argc);
+    // SAFETY: the handler's own argv/argc, borrowed for this call only.
+    let strings = unsafe { arguments(argv, argc) };
     // Only the words of this call are written (zeroing all 16 took six
     // instruction-cache lines of every call).
     let mut stack = [std::mem::MaybeUninit::<&[u8]>::uninit(); STACK_WORDS];
@@ -195,7 +195,7 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         &heap
     };
 
-    let request = match args::parse(command, words, MAX_LIMIT.load(Relaxed)) {
+    let request = match args::parse(command, words, config::max_limit()) {
         Ok(request) => request,
         Err(error) => return refuse(ctx, error),
     };
@@ -206,9 +206,10 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         panic!("xcloak fault injection: deliberate panic on key xcloak:fault:panic");
     }
 
+    // SAFETY: a plain read of the server clock.
     let server_ms = unsafe { api!(RedisModule_Milliseconds)() };
     let now_ms = request.now_ms.unwrap_or(server_ms);
-    let Some(mut key) = open_window(ctx, strings[1], command == Command::Allow) else {
+    let Some(mut key) = open_window(ctx, raw_of(strings[1]), command == Command::Allow) else {
         return;
     };
 
@@ -229,6 +230,7 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
                 key.commit(server_ms, ttl_ms);
                 drop(key);
                 count(allowed);
+                // SAFETY: the context of the executing command, which replies once.
                 unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, stamp(allowed).unwrap_or(allowed as i64)) };
             }
         }
@@ -264,6 +266,8 @@ fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: boo
         binding.retry_after_ms,
         binding.reset_after_ms,
     ];
+    // SAFETY: the context of the executing command: one array of as many
+    // fields as it announces.
     unsafe {
         api!(RedisModule_ReplyWithArray)(ctx, (fields.len() + tiered as usize + last.is_some() as usize) as _);
         for field in fields {
@@ -293,5 +297,6 @@ fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: boo
 
 fn reply_error(ctx: *mut raw::RedisModuleCtx, message: &str) {
     let text = CString::new(message).unwrap_or_else(|_| c"ERR invalid error text".to_owned());
+    // SAFETY: the executing command's context; `text` is NUL-terminated and outlives the call.
     unsafe { api!(RedisModule_ReplyWithError)(ctx, text.as_ptr()) };
 }

@@ -19,16 +19,21 @@
 //! type can't be registered after load).
 
 use std::ffi::{c_char, c_int, c_longlong, c_void};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use crate::args::{parse_i64, Storage, DEFAULT_MAX_LIMIT, MAX_LIMIT_CEILING};
-use crate::commands::MAX_LIMIT;
 use crate::store::{self, compact};
+use xcloak_core::args::{parse_i64, Storage, DEFAULT_MAX_LIMIT, MAX_LIMIT_CEILING, MAX_LIMIT_FLOOR};
 
-/// Smallest value `MAX-LIMIT` / `xcloak.max-limit` may take.
-pub const MAX_LIMIT_FLOOR: i64 = 1;
+/// Upper bound of `limit`, set at load time (`MAX-LIMIT`) or by CONFIG SET:
+/// this file owns it, the commands read it with [`max_limit`].
+static MAX_LIMIT: AtomicI64 = AtomicI64::new(DEFAULT_MAX_LIMIT);
+
+/// The configured upper bound of `limit`.
+pub fn max_limit() -> i64 {
+    MAX_LIMIT.load(Relaxed)
+}
 
 /// The load arguments, with their defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,7 +21,6 @@
 //! what it evicted itself.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -118,42 +117,13 @@ extern "C" fn key_removed(
         if raw_key.is_null() {
             return;
         }
-        let key = ManuallyDrop::new(Key {
-            ctx,
-            raw: raw_key,
-            name: std::ptr::null_mut(),
-        });
-        if compact::is_ours(&key) || is_zset_window(&key) {
+        // SAFETY: the key is open for reading during this callback, and
+        // used only within it.
+        let key = unsafe { Key::lent(ctx, raw_key) };
+        if compact::is_ours(&key) || zset::is_window(&key) {
             window_evicted(ctx);
         }
     });
-}
-
-/// Whether the open `key` is a sorted set whose first entry is one this
-/// module writes: its member is the one `zset::format_member` gives its score.
-fn is_zset_window(key: &Key) -> bool {
-    // SAFETY: the key is open for reading; the range iterator is stopped and
-    // the element string freed before returning.
-    unsafe {
-        if api!(RedisModule_KeyType)(key.raw) as isize != raw::REDISMODULE_KEYTYPE_ZSET {
-            return false;
-        }
-        let first = api!(RedisModule_ZsetFirstInScoreRange)(key.raw, f64::NEG_INFINITY, f64::INFINITY, 0, 0);
-        if first != raw::REDISMODULE_OK as c_int {
-            return false;
-        }
-        let mut score = 0.0;
-        let member = api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score);
-        let window = !member.is_null()
-            && score.fract() == 0.0
-            && score.abs() < 9.0e15
-            && zset::member_slot(bytes_of(member), score as i64).is_some();
-        if !member.is_null() {
-            api!(RedisModule_FreeString)(key.ctx, member);
-        }
-        api!(RedisModule_ZsetRangeStop)(key.raw);
-        window
-    }
 }
 
 /// The compact type's `unlink` callback: remembers the key for the
@@ -166,7 +136,8 @@ pub extern "C" fn compact_unlinked(key: *mut raw::RedisModuleString, _value: *co
         if let Ok(mut last) = LAST_UNLINKED.lock() {
             last.0 = key as usize;
             last.1.clear();
-            last.1.extend_from_slice(bytes_of(key));
+            // SAFETY: the server passes a live key name for the callback.
+            last.1.extend_from_slice(unsafe { key.as_ref() }.map_or(&[], bytes_of));
         }
     });
 }
@@ -181,7 +152,8 @@ extern "C" fn evicted_event(
 ) -> c_int {
     quietly(|| {
         let matched = LAST_UNLINKED.lock().is_ok_and(|mut last| {
-            let matched = last.0 == key as usize && last.1 == bytes_of(key);
+            // SAFETY: the server passes a live key name for the callback.
+            let matched = last.0 == key as usize && last.1 == unsafe { key.as_ref() }.map_or(&[][..], bytes_of);
             last.0 = 0;
             matched
         });
@@ -197,6 +169,7 @@ extern "C" fn evicted_event(
 fn window_evicted(ctx: *mut raw::RedisModuleCtx) {
     let total = EVICTED.fetch_add(1, Relaxed) + 1;
     UNLOGGED.fetch_add(1, Relaxed);
+    // SAFETY: a plain read of the server clock.
     let now_ms = unsafe { api!(RedisModule_Milliseconds)() };
     let since_last_ms = now_ms - LAST_LOG_MS.load(Relaxed);
     if LAST_LOG_MS.load(Relaxed) == 0 || since_last_ms >= LOG_INTERVAL_MS {
@@ -222,6 +195,7 @@ fn window_evicted(ctx: *mut raw::RedisModuleCtx) {
 extern "C" fn log_pending(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     quietly(|| {
         TIMER_PENDING.store(false, Relaxed);
+        // SAFETY: a plain read of the server clock.
         let now_ms = unsafe { api!(RedisModule_Milliseconds)() };
         log_evictions(now_ms, EVICTED.load(Relaxed));
     });

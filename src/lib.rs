@@ -7,27 +7,29 @@
 //! script (so deployments move between the two freely), or the module's own
 //! compact type, a few bytes per request (`STORAGE compact`).
 //!
-//! Architecture: [`args`] parses a command line into a typed request, strictly;
-//! [`window`] takes the decision in plain Rust over a small `Log` trait;
-//! [`store`] is the one folder that touches keys: the `Log` over a sorted set
-//! (`store/zset.rs`) and over the compact type (`store/compact.rs`, its pure
-//! encoding in `store/encoding.rs`), side by side, and the replication of
-//! effects; [`commands`] wires them into handlers; this file registers
-//! everything with the server, with [`metadata`] (COMMAND DOCS, ACL
-//! categories) and [`config`] (`MAX-LIMIT`, `STORAGE`, `xcloak.*`).
+//! Architecture: the pure core is its own crate, `xcloak-core` (`core/`, no
+//! module API): `args` parses a command line into a typed request, strictly;
+//! `window` takes the decision in plain Rust over a small `Log` trait; `log`
+//! is the compact form's log and its encodings; `member` and `effect` the
+//! sorted-set members and the compact form's effect text. Here, [`store`] is
+//! the one folder that touches keys: the `Log` over a sorted set
+//! (`store/zset.rs`) and over the compact type (`store/compact.rs`), side by
+//! side, and the replication of effects; [`commands`] wires them into
+//! handlers; [`eviction`] counts evicted windows over the store; this file
+//! registers everything with the server (the eviction hooks included, so that
+//! imports only point down), with [`metadata`] (COMMAND DOCS, ACL categories)
+//! and [`config`] (`MAX-LIMIT`, `STORAGE`, `xcloak.*`, the settings it owns).
 
 // Unit tests build without the registration (`module`), which is what uses
 // the handlers, metadata and config.
 #![cfg_attr(test, allow(dead_code))]
 
-mod args;
 mod commands;
 mod config;
 mod eviction;
 mod metadata;
 mod store;
 mod version;
-mod window;
 
 #[cfg(not(test))]
 mod module {
@@ -68,7 +70,7 @@ mod module {
             return refuse(ctx, &format!("the server does not provide {name}"));
         }
         if load_arguments.storage == store::Form::Compact {
-            if let Err(message) = compact::register(ctx.ctx) {
+            if let Err(message) = compact::register(ctx.ctx, eviction::compact_unlinked) {
                 return refuse(ctx, &message);
             }
         }
@@ -111,6 +113,7 @@ mod module {
             previous(panic);
         }));
         // Replaces the info callback the macro registered (it runs before init).
+        // SAFETY: the OnLoad context; `info` is a static callback.
         unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(info)) };
         ctx.log_notice(&format!("version {} loaded", crate::version::TEXT));
         Status::Ok
@@ -132,7 +135,7 @@ mod module {
             (c"converted", commands::CONVERTED.load(Relaxed) as i64),
             (c"errors", commands::ERRORS.load(Relaxed) as i64),
             (c"evicted", eviction::EVICTED.load(Relaxed) as i64),
-            (c"max_limit", commands::MAX_LIMIT.load(Relaxed)),
+            (c"max_limit", config::max_limit()),
         ];
         // The form new keys take, and whether the compact type is registered.
         let storage = std::ffi::CString::new(store::creation_form().name()).unwrap_or_default();

@@ -1,4 +1,4 @@
-//! Fuzz target: the compact form's decoders (src/store/encoding.rs):
+//! Fuzz target: the compact form's decoders (`xcloak_core::log`, core/src/log/):
 //! `RunLog::decode` (encoding version 2, what RDB and DUMP carry) and
 //! `RunLog::decode_runs` (version 1: 0.1.0's RDB encoding, and every
 //! `XCLOAK.APPLY key L` and AOF rewrite), which run on bytes the module does
@@ -26,15 +26,8 @@
 //!   encodes to nothing, which both decoders refuse as `Empty`).
 #![no_main]
 
-#[allow(dead_code)]
-#[path = "../../src/args.rs"]
-mod args;
-#[allow(dead_code)]
-#[path = "../../src/store/encoding.rs"]
-mod encoding;
-#[allow(dead_code)]
-#[path = "../../src/window.rs"]
-mod window;
+use xcloak_core::{args, log as encoding, window};
+
 
 use args::MAX_EXACT_MS;
 use encoding::{DecodeError, RunLog, MAX_ENTRIES};

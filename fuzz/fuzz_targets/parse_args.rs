@@ -12,9 +12,8 @@
 //! and its text cannot break the protocol (no CR/LF).
 #![no_main]
 
-#[allow(dead_code)]
-#[path = "../../src/args.rs"]
-mod args;
+use xcloak_core::args;
+
 
 use args::{ArgError, Command, MAX_COST, MAX_EXACT_MS, MAX_TIERS};
 use libfuzzer_sys::fuzz_target;

@@ -29,12 +29,8 @@
 //!   than its limit.
 #![no_main]
 
-#[allow(dead_code)]
-#[path = "../../src/args.rs"]
-mod args;
-#[allow(dead_code)]
-#[path = "../../src/window.rs"]
-mod window;
+use xcloak_core::{args, window};
+
 
 use args::{Request, Tier, Tiers, MAX_EXACT_MS};
 use libfuzzer_sys::fuzz_target;
@@ -65,7 +61,7 @@ impl Log for VecLog {
     }
     fn record(&mut self, now_ms: i64, cost: u64) {
         let at = self.0.partition_point(|&s| s <= now_ms);
-        self.0.splice(at..at, std::iter::repeat(now_ms).take(cost as usize));
+        self.0.splice(at..at, std::iter::repeat_n(now_ms, cost as usize));
     }
     fn remove_at(&mut self, stamp_ms: i64, count: u64) -> u64 {
         let end = self.0.partition_point(|&s| s <= stamp_ms);
@@ -168,9 +164,9 @@ fuzz_target!(|data: &[u8]| {
         // No live entry lost; exactly `cost` entries at `now` on admission.
         let mut expected: Vec<i64> = before.0.iter().copied().filter(|&s| s > now - longest_ms).collect();
         if allowed {
-            expected.extend(std::iter::repeat(now).take(cost as usize));
+            expected.extend(std::iter::repeat_n(now, cost as usize));
             expected.sort_unstable();
-            admitted.extend(std::iter::repeat(now).take(cost as usize));
+            admitted.extend(std::iter::repeat_n(now, cost as usize));
         }
         assert_eq!(
             log.0, expected,

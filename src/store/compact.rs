@@ -31,10 +31,11 @@ use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use super::effect::{Effect, MAX_TEXT};
-use super::encoding::{RunLog, MAX_ENTRIES};
+use xcloak_core::effect::{Effect, MAX_TEXT};
+use xcloak_core::log::{RunLog, MAX_ENTRIES};
+use xcloak_core::window::Log;
+
 use super::{api, Changes, Key};
-use crate::window::Log;
 
 /// `TYPE` replies this; module type names are exactly 9 characters.
 pub const TYPE_NAME: &std::ffi::CStr = c"xcloaklog";
@@ -59,8 +60,13 @@ pub fn registered() -> bool {
     !TYPE.load(Relaxed).is_null()
 }
 
-/// Registers `xcloaklog`. Call from `OnLoad` only.
-pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
+/// The type's `unlink` callback: `eviction::compact_unlinked`, passed in by
+/// lib.rs so that the store never imports what sits above it.
+pub type UnlinkHook = extern "C" fn(*mut raw::RedisModuleString, *const c_void);
+
+/// Registers `xcloaklog`, with `unlink` as its unlink callback (it names the
+/// key for the `evicted` event that follows). Call from `OnLoad` only.
+pub fn register(ctx: *mut raw::RedisModuleCtx, unlink: UnlinkHook) -> Result<(), String> {
     // SAFETY: reading the function table the server filled in at load.
     let defrag_api = unsafe { raw::RedisModule_DefragAlloc }.is_some();
     let mut methods = raw::RedisModuleTypeMethods {
@@ -75,8 +81,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> Result<(), String> {
         aux_save: None,
         aux_save_triggers: 0,
         free_effort: Some(free_effort),
-        // Names the key for the `evicted` event that follows (eviction.rs).
-        unlink: Some(crate::eviction::compact_unlinked),
+        unlink: Some(unlink),
         copy: Some(copy),
         defrag: if defrag_api { Some(defrag) } else { None },
         mem_usage2: None,
@@ -394,6 +399,7 @@ fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
 /// # Safety
 /// `value` must be a value of this type (a RunLog root the server holds).
 unsafe fn log_of(value: *const c_void) -> ManuallyDrop<RunLog> {
+    // SAFETY: the caller's promise: a root this type handed the server; ManuallyDrop leaves it the server's.
     ManuallyDrop::new(unsafe { RunLog::from_raw(value as *mut u8) })
 }
 
@@ -429,6 +435,7 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<RunLog, String> {
             "its encoding version is {encver}, this module reads versions {ENCODING_VERSION_RUNS} and {ENCODING_VERSION} (load it with the module version that wrote it, or newer)"
         ));
     }
+    // SAFETY: `rdb` is the live IO the server passed to this load.
     let io_error = || unsafe { api!(RedisModule_IsIOError)(rdb) } != 0;
     // SAFETY: a live IO of this type's value.
     let entries = unsafe { api!(RedisModule_LoadUnsigned)(rdb) };
@@ -447,6 +454,7 @@ fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Result<RunLog, String> {
     } else {
         RunLog::decode_runs(bytes)
     };
+    // SAFETY: `buffer` came from LoadStringBuffer, is freed once, and `bytes` is not used after.
     unsafe { api!(RedisModule_Free)(buffer as *mut c_void) };
     let log = decoded.map_err(|e| format!("{e} (encoding version {encver})"))?;
     if log.len() != entries {

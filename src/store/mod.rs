@@ -15,19 +15,16 @@
 //! the expiry, replicates the effects and fires the keyspace events.
 
 pub mod compact;
-pub mod effect;
-pub mod encoding;
-#[cfg(test)]
-mod stream_bench;
 pub mod zset;
 
 use std::ffi::{c_char, c_int};
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use crate::window::Log;
 use compact::CompactLog;
+use xcloak_core::window::Log;
 use zset::ZsetLog;
 
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -143,7 +140,7 @@ pub fn signal_modified(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModul
 }
 
 /// The two forms of a window (named as `STORAGE` and `XCLOAK.CONVERT` name them).
-pub use crate::args::Storage as Form;
+pub use xcloak_core::args::Storage as Form;
 
 static CREATION_FORM: AtomicU8 = AtomicU8::new(0);
 
@@ -162,11 +159,13 @@ pub fn creation_form() -> Form {
     }
 }
 
-/// An open key, closed on drop (also when unwinding from a panic).
+/// An open key, closed on drop (also when unwinding from a panic). Its raw
+/// handles are the store's: above it, a key is opened by [`Key::open`] or
+/// lent by [`Key::lent`], never built by hand.
 pub struct Key {
-    pub ctx: *mut raw::RedisModuleCtx,
-    pub raw: *mut raw::RedisModuleKey,
-    pub name: *mut raw::RedisModuleString,
+    pub(in crate::store) ctx: *mut raw::RedisModuleCtx,
+    pub(in crate::store) raw: *mut raw::RedisModuleKey,
+    pub(in crate::store) name: *mut raw::RedisModuleString,
 }
 
 /// What an open key holds.
@@ -189,8 +188,23 @@ impl Key {
         } else {
             raw::REDISMODULE_READ
         };
+        // SAFETY: the caller's promise: the live context and a string of this call.
         let raw = unsafe { api!(RedisModule_OpenKey)(ctx, name, mode as c_int) };
         Key { ctx, raw, name }
+    }
+
+    /// A key the server opened and lends to a callback (the `Key` event's
+    /// key info): usable as a `Key`, never closed by this module.
+    ///
+    /// # Safety
+    /// `raw` must be a key open for reading for as long as the result is
+    /// used, within the callback that was given it with `ctx`.
+    pub unsafe fn lent(ctx: *mut raw::RedisModuleCtx, raw: *mut raw::RedisModuleKey) -> ManuallyDrop<Key> {
+        ManuallyDrop::new(Key {
+            ctx,
+            raw,
+            name: std::ptr::null_mut(),
+        })
     }
 
     /// A stand-in that holds no key (closes nothing).
@@ -217,6 +231,7 @@ impl Key {
     }
 
     pub fn is_empty(&self) -> bool {
+        // SAFETY: the key is open (or null: KeyType answers EMPTY).
         (unsafe { api!(RedisModule_KeyType)(self.raw) }) as isize == raw::REDISMODULE_KEYTYPE_EMPTY
     }
 
@@ -312,6 +327,7 @@ pub enum Opened {
 /// `ctx` and `name` must be the live context and an argument of the command
 /// being executed.
 pub unsafe fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, writable: bool) -> Opened {
+    // SAFETY: the caller's promise (this fn's own contract).
     let key = unsafe { Key::open(ctx, name, writable) };
     match key.holds() {
         Holds::Window(form) => Opened::Ready(Window::new(key, form)),
@@ -462,6 +478,7 @@ pub unsafe fn convert(
     to: Form,
     max_entries: u64,
 ) -> Result<bool, Refusal> {
+    // SAFETY: the caller's promise (this fn's own contract).
     let key = unsafe { Key::open(ctx, name, true) };
     let from = match key.holds() {
         Holds::Nothing => return Ok(false),
@@ -481,6 +498,7 @@ pub unsafe fn convert(
     }
     let expire_at_ms = key
         .ttl_ms()
+        // SAFETY: a plain read of the server clock.
         .map(|ttl_ms| unsafe { api!(RedisModule_Milliseconds)() } + ttl_ms);
     key.delete();
     // SAFETY: "s" the key name.
@@ -504,43 +522,6 @@ pub enum Refusal {
     Invalid(String),
 }
 
-/// Writes `value` in decimal, zero-padded to `width` (<= 20) digits; returns
-/// the length (by hand: this runs on every admission, and `core::fmt` costs
-/// more than the rest of it). Two digits per step from a table, in a loop the
-/// compiler cannot unroll (its trip count is unknown): the unrolled form of a
-/// digit at a time was 1.3 KB, a dozen instruction-cache lines per admission.
-pub fn write_decimal(out: &mut [u8], mut value: u64, width: usize) -> usize {
-    const PAIRS: [u8; 200] = {
-        let mut pairs = [0u8; 200];
-        let mut i = 0;
-        while i < 100 {
-            pairs[2 * i] = b'0' + (i / 10) as u8;
-            pairs[2 * i + 1] = b'0' + (i % 10) as u8;
-            i += 1;
-        }
-        pairs
-    };
-    let digits = value.checked_ilog10().map_or(1, |log| log as usize + 1);
-    let len = digits.max(width);
-    let mut end = len;
-    while value >= 100 {
-        let pair = (value % 100) as usize * 2;
-        value /= 100;
-        out[end - 2..end].copy_from_slice(&PAIRS[pair..pair + 2]);
-        end -= 2;
-    }
-    if value >= 10 {
-        let pair = value as usize * 2;
-        out[end - 2..end].copy_from_slice(&PAIRS[pair..pair + 2]);
-        end -= 2;
-    } else {
-        out[end - 1] = b'0' + value as u8;
-        end -= 1;
-    }
-    out[..end].fill(b'0');
-    len
-}
-
 /// A RedisModuleString this module created or was handed, freed on drop.
 pub struct Owned {
     ctx: *mut raw::RedisModuleCtx,
@@ -549,11 +530,13 @@ pub struct Owned {
 
 impl Owned {
     pub fn from_bytes(ctx: *mut raw::RedisModuleCtx, bytes: &[u8]) -> Self {
+        // SAFETY: `bytes` is valid for its length; the string is freed by `Owned`.
         let string = unsafe { api!(RedisModule_CreateString)(ctx, bytes.as_ptr() as *const c_char, bytes.len()) };
         Owned { ctx, string }
     }
 
     pub fn from_i64(ctx: *mut raw::RedisModuleCtx, value: i64) -> Self {
+        // SAFETY: a new string, freed by `Owned`.
         let string = unsafe { api!(RedisModule_CreateStringFromLongLong)(ctx, value) };
         Owned { ctx, string }
     }
@@ -564,7 +547,9 @@ impl Owned {
     }
 
     pub fn bytes(&self) -> &[u8] {
-        bytes_of(self.string)
+        // SAFETY: an owned string is live until it is dropped, so for the
+        // borrow of `self`.
+        unsafe { self.string.as_ref() }.map_or(&[], bytes_of)
     }
 }
 
@@ -578,42 +563,32 @@ impl Drop for Owned {
     }
 }
 
-/// The bytes of a RedisModuleString (valid while the string is).
-pub fn bytes_of<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
-    if string.is_null() {
-        return &[];
-    }
+/// The bytes of a module string, borrowed as long as the string is (a
+/// reference to one is made at the border: [`arguments`], `Owned::bytes`,
+/// a callback's key).
+pub fn bytes_of(string: &raw::RedisModuleString) -> &[u8] {
     let mut len = 0usize;
-    // SAFETY: StringPtrLen returns a pointer to `len` bytes owned by `string`.
+    // SAFETY: a live string (a reference); StringPtrLen returns a pointer to
+    // `len` bytes it owns, which live as long as it does.
     unsafe {
         let data = api!(RedisModule_StringPtrLen)(string, &mut len);
         std::slice::from_raw_parts(data as *const u8, len)
     }
 }
 
-#[cfg(test)]
-mod decimal_tests {
-    use super::write_decimal;
+/// The raw pointer of a borrowed string, for the module API (which takes
+/// `*mut` but, for these calls, only reads the string or counts a reference).
+pub fn raw_of(string: &raw::RedisModuleString) -> *mut raw::RedisModuleString {
+    std::ptr::from_ref(string).cast_mut()
+}
 
-    #[test]
-    fn write_decimal_matches_format_at_every_length_and_width() {
-        let mut values = vec![0u64, 1, 9, 10, 99, 100, 101, 999, 1000, u64::MAX, u64::MAX - 1, 1 << 53];
-        let mut power = 1u64;
-        while let Some(next) = power.checked_mul(10) {
-            values.extend([power - 1, power, power + 1, next - 1]);
-            power = next;
-        }
-        for value in values {
-            for width in [1, 2, 5, 10, 13, 20] {
-                let mut out = [b'x'; 24];
-                let len = write_decimal(&mut out, value, width);
-                assert_eq!(
-                    &out[..len],
-                    format!("{value:0width$}").as_bytes(),
-                    "{value} at width {width}"
-                );
-                assert!(out[len..].iter().all(|&b| b == b'x'), "{value} wrote past its length");
-            }
-        }
-    }
+/// The arguments of the executing command, borrowed for the call.
+///
+/// # Safety
+/// `argv` and `argc` must be what the server passed to the handler that is
+/// executing, and the slice must not be kept past its return.
+pub unsafe fn arguments<'a>(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> &'a [&'a raw::RedisModuleString] {
+    // SAFETY: the server hands `argc` valid, non-null strings in `argv` for
+    // this call (the caller's promise), so each is a live `&RedisModuleString`.
+    unsafe { std::slice::from_raw_parts(argv as *const &raw::RedisModuleString, argc.max(0) as usize) }
 }

@@ -1,5 +1,6 @@
 //! The sorted-set form of a window: [`Log`] over a Redis sorted set, and the
-//! effects it replicates.
+//! effects it replicates. The members are written and read by
+//! `xcloak_core::member`.
 //!
 //! Layout (shared with the article's script and `src/lua/`): one sorted set per
 //! limited identity, score = admission time in ms, one member per unit of cost.
@@ -25,14 +26,10 @@ use std::ptr;
 
 use redis_module::raw;
 
-use super::{api, write_decimal, Changes, Key, Owned};
-use crate::window::Log;
+use xcloak_core::member::{format_member, member_slot};
+use xcloak_core::window::Log;
 
-/// Largest `k` stored in the compact integer form of a member.
-const COMPACT_SLOTS: i64 = 1000;
-
-/// Stamps enter members modulo this (their last 11 digits), see the file docs.
-const STAMP_CYCLE_MS: i64 = 100_000_000_000;
+use super::{api, Changes, Key, Owned};
 
 /// Expired members `trim` collects in its single pass over the range.
 const TRIM_BATCH: usize = 16;
@@ -74,6 +71,7 @@ impl ZsetLog {
     }
 
     fn stop(&self) {
+        // SAFETY: the key is open; stopping an iterator that is not started is a no-op.
         unsafe { api!(RedisModule_ZsetRangeStop)(self.key.raw) };
     }
 
@@ -190,6 +188,7 @@ fn seek(key: &Key, min: f64, max: f64, min_exclusive: bool, first: bool) -> bool
 
 fn current(key: &Key) -> (Owned, f64) {
     let mut score = 0.0;
+    // SAFETY: the iterator is on an element (`seek` said so); the member is freed by `Owned`.
     let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score) };
     (Owned::adopt(key.ctx, member), score)
 }
@@ -206,10 +205,10 @@ pub fn read_runs(key: &Key) -> Result<Vec<(i64, u64)>, String> {
         // SAFETY: the iterator is on an element; the member is freed at once.
         let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score) };
         drop(Owned::adopt(key.ctx, member));
-        if !(0.0..=crate::args::MAX_EXACT_MS as f64).contains(&score) {
+        if !(0.0..=xcloak_core::args::MAX_EXACT_MS as f64).contains(&score) {
             break Err(format!(
                 "the sorted set holds a score ({score}) that is not a stamp from 0 to {}",
-                crate::args::MAX_EXACT_MS
+                xcloak_core::args::MAX_EXACT_MS
             ));
         }
         let stamp_ms = score_ms(score);
@@ -217,10 +216,12 @@ pub fn read_runs(key: &Key) -> Result<Vec<(i64, u64)>, String> {
             Some((last_ms, count)) if *last_ms == stamp_ms => *count += 1,
             _ => runs.push((stamp_ms, 1)),
         }
+        // SAFETY: the key is open and its range iterator started.
         if unsafe { api!(RedisModule_ZsetRangeNext)(key.raw) } == 0 {
             break Ok(runs);
         }
     };
+    // SAFETY: the key is open; its iterator is stopped once.
     unsafe { api!(RedisModule_ZsetRangeStop)(key.raw) };
     result
 }
@@ -250,6 +251,7 @@ pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
 
 impl Log for ZsetLog {
     fn len(&self) -> u64 {
+        // SAFETY: the key is open.
         unsafe { api!(RedisModule_ValueLength)(self.key.raw) as u64 }
     }
 
@@ -258,6 +260,7 @@ impl Log for ZsetLog {
             return 0;
         }
         let mut count = 1;
+        // SAFETY: the key is open and its range iterator started.
         while unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } != 0 {
             count += 1;
         }
@@ -279,6 +282,7 @@ impl Log for ZsetLog {
         let more = loop {
             expired[collected] = Some(self.current().0);
             collected += 1;
+            // SAFETY: the key is open and its range iterator started.
             let next = unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } != 0;
             if !next || collected == TRIM_BATCH {
                 break next;
@@ -295,6 +299,7 @@ impl Log for ZsetLog {
             self.stop();
         }
         for member in expired.iter().flatten() {
+            // SAFETY: the key is open for writing and no iterator walks it now; `member` is a live string.
             unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
         }
         self.changes.trimmed = collected as u64;
@@ -302,6 +307,7 @@ impl Log for ZsetLog {
         while more && self.seek(f64::NEG_INFINITY, cutoff, false, true) {
             let (member, _) = self.current();
             self.stop();
+            // SAFETY: the key is open for writing and no iterator walks it now; `member` is a live string.
             unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
             self.changes.trimmed += 1;
         }
@@ -313,6 +319,7 @@ impl Log for ZsetLog {
             return None;
         }
         for _ in 1..n {
+            // SAFETY: the key is open and its range iterator started.
             if unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } == 0 {
                 self.stop();
                 return None;
@@ -376,6 +383,7 @@ impl Log for ZsetLog {
         let mut members: Vec<Owned> = Vec::new();
         loop {
             members.push(self.current().0);
+            // SAFETY: the key is open and its range iterator started.
             if members.len() as u64 == count || unsafe { api!(RedisModule_ZsetRangePrev)(self.key.raw) } == 0 {
                 break;
             }
@@ -403,137 +411,28 @@ fn score_ms(score: f64) -> i64 {
     score.ceil() as i64
 }
 
-/// Writes the member of slot `k` at `now_ms` into `buffer` (by hand: this
-/// runs on every admission, and `core::fmt` costs more than the rest of it).
-pub fn format_member(buffer: &mut [u8; 48], now_ms: i64, k: i64) -> &[u8] {
-    let stamp = now_ms.rem_euclid(STAMP_CYCLE_MS);
-    let len = if k < COMPACT_SLOTS {
-        write_decimal(&mut buffer[..], (stamp * COMPACT_SLOTS + k) as u64, 1)
-    } else {
-        let stamp = write_decimal(&mut buffer[..], stamp as u64, 1);
-        buffer[stamp] = b':';
-        stamp + 1 + write_decimal(&mut buffer[stamp + 1..], k as u64, 10)
-    };
-    &buffer[..len]
-}
-
-/// The slot `k` of a member written at `now_ms` by this module, if it is one.
-pub fn member_slot(member: &[u8], now_ms: i64) -> Option<i64> {
-    let stamp = now_ms.rem_euclid(STAMP_CYCLE_MS);
-    if let Some(colon) = member.iter().position(|&b| b == b':') {
-        let (head, slot) = (&member[..colon], &member[colon + 1..]);
-        if crate::args::parse_i64(head)? != stamp || slot.is_empty() || !slot.iter().all(u8::is_ascii_digit) {
-            return None;
+/// Whether the open `key` is a sorted set whose first entry is one this
+/// module writes: its member is the one `format_member` gives its score
+/// (`eviction.rs` asks, for a key the server lends it).
+pub fn is_window(key: &Key) -> bool {
+    // SAFETY: the key is open for reading; the range iterator is stopped and
+    // the element string freed before returning.
+    unsafe {
+        if api!(RedisModule_KeyType)(key.raw) as isize != raw::REDISMODULE_KEYTYPE_ZSET {
+            return false;
         }
-        return std::str::from_utf8(slot).ok()?.parse().ok();
-    }
-    let value = crate::args::parse_i64(member)?;
-    (value >= 0 && value / COMPACT_SLOTS == stamp).then_some(value % COMPACT_SLOTS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn member(now_ms: i64, k: i64) -> String {
-        let mut buffer = [0u8; 48];
-        String::from_utf8(format_member(&mut buffer, now_ms, k).to_vec()).unwrap()
-    }
-
-    #[test]
-    fn members_round_trip() {
-        for now_ms in [0, 1, 999, 1_732_941_234_567, crate::args::MAX_EXACT_MS] {
-            for k in [0, 1, 998, 999, 1000, 1001, 123_456, 999_999_999] {
-                let text = member(now_ms, k);
-                assert_eq!(member_slot(text.as_bytes(), now_ms), Some(k), "{text}");
-                assert_eq!(member_slot(text.as_bytes(), now_ms + 1), None, "{text} is not of now+1");
-            }
+        let first = api!(RedisModule_ZsetFirstInScoreRange)(key.raw, f64::NEG_INFINITY, f64::INFINITY, 0, 0);
+        if first != raw::REDISMODULE_OK as c_int {
+            return false;
         }
-    }
-
-    #[test]
-    fn members_are_unique_across_stamps_and_slots() {
-        let mut seen = std::collections::HashSet::new();
-        let stamps = (0..50)
-            .chain(1_732_941_234_500..1_732_941_234_550)
-            .chain([99_999_999_999]);
-        for now_ms in stamps {
-            for k in (0..1005).chain([99_999, 100_000]) {
-                assert!(seen.insert(member(now_ms, k)), "duplicate at {now_ms}/{k}");
-            }
-        }
-    }
-
-    #[test]
-    fn members_sort_by_slot_within_a_stamp() {
-        let now_ms = 1_732_941_234_567;
-        let texts: Vec<String> = [0, 1, 10, 999, 1000, 1001, 9999, 10_000, 1_000_000]
-            .iter()
-            .map(|&k| member(now_ms, k))
-            .collect();
-        let mut sorted = texts.clone();
-        sorted.sort();
-        assert_eq!(texts, sorted, "the last member at a score must carry the largest slot");
-    }
-
-    #[test]
-    fn the_scripts_members_are_not_ours() {
-        assert_eq!(member_slot(b"1000-5", 1000), None);
-        assert_eq!(member_slot(b"1000:", 1000), None);
-        assert_eq!(member_slot(b"-1000", 1000), None);
-    }
-
-    #[test]
-    fn members_are_the_stamps_last_11_digits_then_the_slot() {
-        for now_ms in [
-            0,
-            1,
-            9,
-            10,
-            999,
-            99_999_999_999,
-            100_000_000_000,
-            1_732_941_234_567,
-            crate::args::MAX_EXACT_MS,
-        ] {
-            let stamp = now_ms % 100_000_000_000;
-            for k in [
-                0,
-                1,
-                9,
-                10,
-                999,
-                1000,
-                1001,
-                123_456,
-                999_999_999,
-                1_000_000_000,
-                12_345_678_901,
-            ] {
-                let expected = if k < 1000 {
-                    format!("{}", stamp * 1000 + k)
-                } else {
-                    format!("{stamp}:{k:010}")
-                };
-                assert_eq!(member(now_ms, k), expected);
-            }
-        }
-    }
-
-    #[test]
-    fn stamps_a_cycle_apart_share_members_and_nx_tells_them_apart() {
-        // The price of 14 digits: the same member 10^11 ms (3.17 years) later.
-        // Both can only be live together with a window over 3 years (or NOW
-        // jumping by the cycle); ZADD NX then skips to the next free slot.
-        assert_eq!(member(1, 5), member(100_000_000_001, 5));
-        assert_eq!(member_slot(member(1, 5).as_bytes(), 100_000_000_001), Some(5));
-    }
-
-    #[test]
-    fn compact_members_have_at_most_14_digits() {
-        assert_eq!(member(1_732_941_234_567, 7), "32941234567007");
-        for now_ms in [99_999_999_999, 1_799_999_999_999, crate::args::MAX_EXACT_MS] {
-            assert!(member(now_ms, 999).len() <= 14, "{}", member(now_ms, 999));
-        }
+        let mut score = 0.0;
+        let member = Owned::adopt(key.ctx, api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score));
+        let window = !member.string.is_null()
+            && score.fract() == 0.0
+            && score.abs() < 9.0e15
+            && member_slot(member.bytes(), score as i64).is_some();
+        drop(member);
+        api!(RedisModule_ZsetRangeStop)(key.raw);
+        window
     }
 }

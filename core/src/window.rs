@@ -17,6 +17,10 @@ use crate::args::{Request, Tier, MAX_TIERS};
 pub trait Log {
     /// Number of entries, live or not.
     fn len(&self) -> u64;
+    /// Whether the log holds no entry.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Number of entries with a stamp `<= cutoff_ms` (no longer live).
     fn count_expired(&self, cutoff_ms: i64) -> u64;
     /// Removes every entry with a stamp `<= cutoff_ms`; returns how many went.

@@ -16,8 +16,8 @@
 //! and this one is sent for every admission.
 
 use crate::args::{MAX_COST, MAX_EXACT_MS};
-
-use super::encoding::MAX_ENTRIES;
+use crate::decimal::write_decimal;
+use crate::log::MAX_ENTRIES;
 
 /// One call's effect on a compact window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -136,7 +136,7 @@ impl Writer<'_> {
         if value < 0 {
             self.byte(b'-');
         }
-        self.len += super::write_decimal(&mut self.out[self.len..], value.unsigned_abs(), 1);
+        self.len += write_decimal(&mut self.out[self.len..], value.unsigned_abs(), 1);
     }
 }
 

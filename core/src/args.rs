@@ -21,6 +21,8 @@ pub const DEFAULT_MAX_LIMIT: i64 = 1_000_000;
 pub const MAX_COST: i64 = 1_000_000;
 /// Largest value `MAX-LIMIT` may be configured to.
 pub const MAX_LIMIT_CEILING: i64 = 1_000_000_000;
+/// Smallest value `MAX-LIMIT` / `xcloak.max-limit` may take.
+pub const MAX_LIMIT_FLOOR: i64 = 1;
 /// Most tiers in one call: the positional pair and up to 15 `TIER`s.
 pub const MAX_TIERS: usize = 16;
 

@@ -1,9 +1,14 @@
-//! Micro-bench (not a test of behaviour): admissions / rejections on RunLog
-//! windows held at N entries, as scripts/compare.py's streams do. Run under
-//! callgrind by `scripts/callgrind_log.sh`, which prints instructions per call.
-use crate::args::{Request, Tier, Tiers};
-use crate::store::encoding::RunLog;
-use crate::window::{self, Log};
+//! Micro-bench (not a test of behaviour) of the compact log alone, no server:
+//! admissions / rejections on windows held at SIZE entries, as
+//! scripts/compare.py's streams hold them, or refunds of middle stamps. Run
+//! under callgrind by `scripts/callgrind_log.sh`, which counts the
+//! instructions of `measure` / `refund_measure` per call.
+//!
+//! Usage: `stream_bench admit|refund` with SIZE (default 1000), CALLS (default
+//! 2000) and, for admit, REJECT (set: the window is full, every call rejected).
+use xcloak_core::args::{Request, Tier, Tiers};
+use xcloak_core::log::RunLog;
+use xcloak_core::window::{self, Log};
 
 const BASE_MS: i64 = 1_732_941_234_567;
 
@@ -18,6 +23,10 @@ fn request(window_ms: i64, limit: i64) -> Request {
     }
 }
 
+fn env(name: &str, default: i64) -> i64 {
+    std::env::var(name).map_or(default, |value| value.parse().expect("an integer"))
+}
+
 #[inline(never)]
 fn measure(logs: &mut [RunLog], req: &Request, from: i64, rounds: i64, reject: bool) -> u64 {
     let mut admitted = 0;
@@ -30,12 +39,10 @@ fn measure(logs: &mut [RunLog], req: &Request, from: i64, rounds: i64, reject: b
     admitted
 }
 
-#[test]
-#[ignore]
-fn stream_bench() {
-    let size: i64 = std::env::var("SIZE").map(|s| s.parse().unwrap()).unwrap_or(1000);
-    let calls: i64 = std::env::var("CALLS").map(|s| s.parse().unwrap()).unwrap_or(2000);
-    let reject = std::env::var("REJECT").is_ok();
+/// Two windows of SIZE entries 1,000 ms apart, at their limit; then CALLS
+/// rounds of one call on each: one entry trimmed and one added (or, with
+/// REJECT, the window found full).
+fn admit(size: i64, calls: i64, reject: bool) {
     let req = request(size * 1000, size);
     let mut logs: Vec<RunLog> = (0..2).map(|_| RunLog::default()).collect();
     for r in 0..size {
@@ -55,13 +62,8 @@ fn refund_measure(log: &mut RunLog, stamp_ms: i64) -> u64 {
 
 /// REFUND of stamps near the middle of a window of SIZE lone entries 1,000 ms
 /// apart, each put back by an admission at its stamp (a step back), as
-/// scripts/callgrind_refund.py does on a server: the `refund_measure` calls
-/// are what `scripts/callgrind_log.sh refund` counts.
-#[test]
-#[ignore]
-fn refund_bench() {
-    let size: i64 = std::env::var("SIZE").map(|s| s.parse().unwrap()).unwrap_or(1000);
-    let calls: i64 = std::env::var("CALLS").map(|s| s.parse().unwrap()).unwrap_or(2000);
+/// scripts/callgrind_refund.py does on a server.
+fn refund(size: i64, calls: i64) {
     let mut log = RunLog::default();
     for i in 0..size {
         log.record(BASE_MS + i * 1000, 1);
@@ -78,4 +80,17 @@ fn refund_bench() {
         log.record(stamp, 1);
     }
     assert_eq!(log.len(), size as u64);
+    eprintln!("calls {calls}");
+}
+
+fn main() {
+    let (size, calls) = (env("SIZE", 1000), env("CALLS", 2000));
+    match std::env::args().nth(1).as_deref() {
+        Some("admit") => admit(size, calls, std::env::var_os("REJECT").is_some()),
+        Some("refund") => refund(size, calls),
+        _ => {
+            eprintln!("usage: stream_bench admit|refund (SIZE, CALLS, REJECT in the environment)");
+            std::process::exit(2);
+        }
+    }
 }
