@@ -1,14 +1,14 @@
 #!/bin/bash
 # Instructions per XCLOAK.ALLOW decision over the compact log alone (trim +
 # count + record through window::admit on a RunLog, no server), for windows
-# held at N entries as scripts/compare.py's streams hold them: each call trims
+# held at N entries as scripts/bench/compare.py's streams hold them: each call trims
 # one entry and adds one (or, with REJECT=1, finds the window full). A quick,
 # repeatable companion of compare.py --instructions for work on the log
 # (core/src/log/; needs valgrind). It runs core/examples/stream_bench.rs.
 #
 # Usage: scripts/callgrind_log.sh [SIZE...]      (default 10 1000 100000; CALLS=2000 per key, 2 keys)
 #        REFUND=1 scripts/callgrind_log.sh [SIZE...]   RunLog::remove_at of a middle stamp (each put
-#        back by a step back), as scripts/callgrind_refund.py's "middle" on a server
+#        back by a step back), as scripts/bench/callgrind_refund.py's "middle" on a server
 #        STREAM_BENCH=path/to/stream_bench scripts/callgrind_log.sh   measures that build instead
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,7 +5,7 @@
 //! interleave between the count and the add (the race of a naive pipeline).
 //! The log is either an ordinary sorted set, the layout of the well-known Lua
 //! script (so deployments move between the two freely), or the module's own
-//! compact type, a few bytes per request (`STORAGE compact`).
+//! compact type, about a byte per request in large windows (`STORAGE compact`).
 //!
 //! Architecture: the pure core is its own crate, `xcloak-core` (`core/`, no
 //! module API): `args` parses a command line into a typed request, strictly;

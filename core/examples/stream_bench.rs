@@ -1,6 +1,6 @@
 //! Micro-bench (not a test of behaviour) of the compact log alone, no server:
 //! admissions / rejections on windows held at SIZE entries, as
-//! scripts/compare.py's streams hold them, or refunds of middle stamps. Run
+//! scripts/bench/compare.py's streams hold them, or refunds of middle stamps. Run
 //! under callgrind by `scripts/callgrind_log.sh`, which counts the
 //! instructions of `measure` / `refund_measure` per call.
 //!
@@ -62,7 +62,7 @@ fn refund_measure(log: &mut RunLog, stamp_ms: i64) -> u64 {
 
 /// REFUND of stamps near the middle of a window of SIZE lone entries 1,000 ms
 /// apart, each put back by an admission at its stamp (a step back), as
-/// scripts/callgrind_refund.py does on a server.
+/// scripts/bench/callgrind_refund.py does on a server.
 fn refund(size: i64, calls: i64) {
     let mut log = RunLog::default();
     for i in 0..size {
