@@ -230,7 +230,7 @@ end
 -- It is the first access to the key: a key of another type (or of the
 -- module's compact type) answers WRONGTYPE here, returned as it is.
 local trimmed = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', format('%d', now - longest))
-if type(trimmed) == 'table' then
+if trimmed ~= 0 and type(trimmed) == 'table' then
   return trimmed
 end
 local count = redis.call('ZCARD', key)
