@@ -79,15 +79,8 @@ if nargs >= 2 and nargs <= 4 and #KEYS == 1 then
     details = o4 == 'DETAILS'
   end
   if usual then
-    -- One find for both (a match has exactly one space: the one between).
     local a1, a2 = ARGV[1], ARGV[2]
-    local ok
-    if a2 == '0' then
-      ok = find(a1, '^[1-9]%d*$')
-    else
-      ok = find(a1 .. ' ' .. a2, '^[1-9]%d* [1-9]%d*$')
-    end
-    if ok then
+    if find(a1, '^[1-9]%d*$') and (a2 == '0' or find(a2, '^[1-9]%d*$')) then
       window, limit = a1 + 0, a2 + 0
       usual = window <= MAX_EXACT_MS and limit <= MAX_LIMIT
     else
