@@ -750,6 +750,87 @@ fn article_entries_are_counted_and_never_collide() {
     }
 }
 
+/// The usual shape, `window limit [DETAILS] [STAMP]` without NOW (what the
+/// packages send, and what the script parses on a shorter path than the rest):
+/// the script and the command give the same replies and members, admissions
+/// in a new millisecond and in the same one, and rejections with their
+/// details. Each step sends two calls through each, in one MULTI between two
+/// TIMEs; a step that straddles a millisecond ends its sequence (the two keys'
+/// histories differ from then on) and the next starts on fresh keys.
+#[test]
+fn the_usual_shape_without_now_equals_the_command() {
+    let server = Server::start();
+    let mut conn = server.client();
+    let sha = load_fallback(&mut conn);
+    let shapes: [&[&str]; 5] = [
+        &[],
+        &["DETAILS"],
+        &["STAMP"],
+        &["DETAILS", "STAMP"],
+        &["STAMP", "DETAILS"],
+    ];
+    let ms = |v: &Value| -> i64 {
+        let (sec, usec): (i64, i64) = redis::from_redis_value(v).unwrap();
+        sec * 1000 + usec / 1000
+    };
+    let (mut compared, mut rejections) = (0, 0);
+    for sequence in 0..2000usize {
+        if compared >= 200 && rejections >= 40 {
+            break;
+        }
+        let shape = shapes[sequence % shapes.len()];
+        let limit = [0, 1, 2, 3, 5][sequence / shapes.len() % 5];
+        let mut args = vec!["60000".to_string(), limit.to_string()];
+        args.extend(shape.iter().map(|s| s.to_string()));
+        let (lua_key, native_key) = (fresh_key("usual-lua"), fresh_key("usual-native"));
+        for step in 0..4 {
+            let mut pipe = redis::pipe();
+            pipe.atomic().cmd("TIME");
+            for _ in 0..2 {
+                pipe.add_command(call_cmd(Via::Lua, &sha, &lua_key, &args));
+            }
+            for _ in 0..2 {
+                pipe.add_command(call_cmd(Via::Native, &sha, &native_key, &args));
+            }
+            pipe.cmd("TIME");
+            for key in [&lua_key, &native_key] {
+                pipe.cmd("ZRANGE").arg(key).arg(0).arg(-1).arg("WITHSCORES");
+            }
+            let values: Vec<Value> = pipe.query(&mut conn).unwrap();
+            if ms(&values[0]) != ms(&values[5]) {
+                break;
+            }
+            let what = format!("sequence {sequence} step {step} {args:?}");
+            for i in 0..2 {
+                let (lua, native) = (
+                    normalise(Ok(values[1 + i].clone())),
+                    normalise(Ok(values[3 + i].clone())),
+                );
+                assert!(
+                    matches!(native, Reply::Int(_) | Reply::Fields(_)),
+                    "{what}: native replied {native:?}"
+                );
+                assert_eq!(lua, native, "{what}: call {i}");
+                if matches!(&native, Reply::Int(0) | Reply::Int(-1)) || matches!(&native, Reply::Fields(f) if f[0] == 0)
+                {
+                    rejections += 1;
+                }
+            }
+            assert_eq!(values[6], values[7], "{what}: members and scores");
+            compared += 1;
+        }
+        let _: () = redis::cmd("DEL")
+            .arg(&lua_key)
+            .arg(&native_key)
+            .query(&mut conn)
+            .unwrap();
+    }
+    assert!(
+        compared >= 200 && rejections >= 40,
+        "only {compared} steps ({rejections} rejections) within one millisecond"
+    );
+}
+
 /// Every bad call is an error from both, with the same text, and changes nothing.
 #[test]
 fn errors_match_the_command() {
@@ -798,6 +879,15 @@ fn errors_match_the_command() {
         &["10", "1", "TIER", "5", "1", "FOO"],
         &["10", "1", "STAMP", "stamp"],
         &["10", "1", "STAMP", "DETAILS", "STAMPS"],
+        // The usual shape's shorter parse leaves every doubt to the full parser.
+        &["10", "01"],
+        &["10", "-0"],
+        &["10", " 1"],
+        &["10", "1", "DETAILS", "DETAILS"],
+        &["10", "1", "STAMP", "STAMP"],
+        &["10", "1", "DETAILS", "STAMP", "DETAILS"],
+        &["10", "1", "DETAILS", "FOO"],
+        &["10", "1", "FOO", "DETAILS"],
     ];
     // 16 TIERs: one too many (and 15 with a bad 16th, whose range error comes first).
     let too_many: Vec<String> = ["10", "1"]

@@ -19,7 +19,8 @@
 -- write command, so it runs under EVALSHA_RO and on replicas.
 --
 -- Lua numbers are doubles: every integer here stays below 2^53 and is exact.
--- Numbers are passed to the server with string.format('%d').
+-- Numbers are passed to the server as strings (string.format('%d')), never
+-- as Lua numbers (the server would print them with %.17g).
 
 local MAX_EXACT_MS = 9007199254740991 -- 2^53 - 1
 local MAX_LIMIT = 1000000 -- the module's default MAX-LIMIT; keep them equal
@@ -68,7 +69,7 @@ local function printable(token)
 end
 
 local function score_ms(text)
-  return math.ceil(tonumber(text))
+  return math.ceil(text + 0)
 end
 
 -- Arguments, checked in the module's order; nothing is read before.
@@ -147,24 +148,25 @@ while i <= #ARGV do
   end
 end
 
-local key_type = redis.call('TYPE', key)
-key_type = key_type.ok or key_type
-if key_type ~= 'none' and key_type ~= 'zset' then
-  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-end
-
 if now == nil then
   local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local usec = time[2] + 0
+  now = time[1] * 1000 + (usec - usec % 1000) / 1000
 end
 
 -- live[t]: tier t's entries stamped after now - window_t (entries that have
--- left the window are still stored until the next admission's trim).
+-- left the window are still stored until the next admission's trim). No
+-- TYPE: through redis.pcall, a key of another type (or of the module's
+-- compact type) answers WRONGTYPE at the first count, and that is the reply.
 local live = {}
 local allowed = true
 for t, tier in ipairs(tiers) do
-  live[t] = redis.call('ZCOUNT', key, '(' .. int(now - tier[1]), '+inf')
-  if live[t] + cost > tier[2] then
+  local n = redis.pcall('ZCOUNT', key, '(' .. int(now - tier[1]), '+inf')
+  if type(n) == 'table' then
+    return n
+  end
+  live[t] = n
+  if n + cost > tier[2] then
     allowed = false
   end
 end
@@ -192,7 +194,7 @@ for t, tier in ipairs(tiers) do
       -- With the tier's live entries oldest first, the (live + cost - limit)-th must leave.
       local blocking = live[t] + cost - tier_limit
       local entry = redis.call('ZRANGEBYSCORE', key, '(' .. int(now - tier_window), '+inf',
-        'WITHSCORES', 'LIMIT', int(blocking - 1), 1)
+        'WITHSCORES', 'LIMIT', int(blocking - 1), '1')
       if entry[2] then
         retry_after_ms = (score_ms(entry[2]) - now) + tier_window
       end
@@ -201,7 +203,7 @@ for t, tier in ipairs(tiers) do
   local reset_after_ms = 0
   if live[t] > 0 then
     if newest == nil then
-      newest = score_ms(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+      newest = score_ms(redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
     end
     reset_after_ms = math.max((newest - now) + tier_window, 0)
   end
@@ -227,7 +229,7 @@ if #tiers > 1 then
 end
 if oldest then
   -- Where the binding tier's moving window starts: its oldest live entry.
-  local first = redis.call('ZRANGEBYSCORE', key, '(' .. int(now - b[1]), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local first = redis.call('ZRANGEBYSCORE', key, '(' .. int(now - b[1]), '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
   reply[#reply + 1] = first[2] and score_ms(first[2]) or -1
 end
 return reply

@@ -81,15 +81,14 @@ while i <= #ARGV do
   i = i + 2
 end
 
-local key_type = redis.call('TYPE', key)
-key_type = key_type.ok or key_type
-if key_type ~= 'none' and key_type ~= 'zset' then
-  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-end
-
 -- The last members at that score first (ZREVRANGEBYSCORE: 6.2 has no ZRANGE .. BYSCORE REV).
+-- No TYPE: through redis.pcall, a key of another type (or of the module's
+-- compact type) answers WRONGTYPE here, and that is the reply.
 local stamp_text = int(stamp)
-local members = redis.call('ZREVRANGEBYSCORE', key, stamp_text, stamp_text, 'LIMIT', 0, int(cost))
+local members = redis.pcall('ZREVRANGEBYSCORE', key, stamp_text, stamp_text, 'LIMIT', '0', int(cost))
+if members.err then
+  return members
+end
 local removed = 0
 while removed < #members do
   local batch = {}
