@@ -6,7 +6,7 @@ PORT    ?= 6379
 CARGO   ?= cargo
 MODULE  := target/release/libxcloak.so
 
-.PHONY: ratelimit ratelimit-compare deps build run test lint unit clean fault-module fuzz example-deps test-matrix test-valgrind dist dist-check dist-repro test-clients sync-lua faults faults-ci
+.PHONY: ratelimit ratelimit-compare deps build run test lint miri unit clean fault-module fuzz example-deps test-matrix test-valgrind dist dist-check dist-repro test-clients sync-lua faults faults-ci
 
 deps:
 	@scripts/ensure-deps.sh
@@ -37,6 +37,12 @@ test: build fault-module
 lint: deps
 	@scripts/ensure-deps.sh rust-lint
 	@scripts/lint.sh
+
+# The whole core crate's tests under Miri, both borrow models (over an hour on
+# 2 cores; make lint runs one test of the compact log under it).
+miri: deps
+	@scripts/ensure-deps.sh rust-lint
+	MIRI_TESTS= scripts/lint.sh
 
 # Every client package's suite (clients/<lang>/test.sh) against real servers it
 # starts, with the module just built; each installs its own pinned toolchain

@@ -3,8 +3,12 @@
 # at the end, exit status 1 if any failed.
 #   clippy   cargo clippy --workspace --all-targets --all-features -- -D warnings
 #   fmt      cargo fmt --all --check, and the fuzz crate's (its own workspace)
-#   miri     cargo +nightly miri test -p xcloak-core, under Stacked Borrows and
-#            again under Tree Borrows (MIRIFLAGS=-Zmiri-tree-borrows). Skipped,
+#   miri     cargo +nightly miri test -p xcloak-core MIRI_TESTS, under Stacked
+#            Borrows and again under Tree Borrows (MIRIFLAGS=-Zmiri-tree-borrows).
+#            MIRI_TESTS defaults to the compact log's refund test (the one Miri
+#            found undefined behaviour in, about 2 minutes a model): the whole core
+#            suite under Miri takes over an hour on these 2-core machines, so it is
+#            `make miri` (MIRI_TESTS= empty), not a gate CI can afford. Skipped,
 #            loudly, while the workspace has no package xcloak-core.
 #   clients  scripts/clients.sh lint: each clients/<lang>/lint.sh (a package
 #            without one is MISSING and fails)
@@ -38,8 +42,9 @@ gate clippy $CARGO clippy --workspace --all-targets --all-features -- -D warning
 gate fmt $CARGO fmt --all --check
 gate "fmt (fuzz)" bash -c "cd fuzz && $CARGO fmt --check"
 if has_core; then
-    gate "miri (stacked borrows)" $CARGO +nightly miri test -p xcloak-core
-    gate "miri (tree borrows)" env MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-tree-borrows" $CARGO +nightly miri test -p xcloak-core
+    read -r -a miri_tests <<< "${MIRI_TESTS-log::tests::a_refund_changes_one_block_and_the_newest_is_found_from_the_header}"
+    gate "miri (stacked borrows)" $CARGO +nightly miri test -p xcloak-core "${miri_tests[@]}"
+    gate "miri (tree borrows)" env MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-tree-borrows" $CARGO +nightly miri test -p xcloak-core "${miri_tests[@]}"
 else
     echo "######################################################################" >&2
     echo "## lint: MIRI SKIPPED: the workspace has no package xcloak-core yet  ##" >&2
