@@ -28,7 +28,6 @@
 
 use xcloak_core::{args, log as encoding, window};
 
-
 use args::MAX_EXACT_MS;
 use encoding::{DecodeError, RunLog, MAX_ENTRIES};
 use libfuzzer_sys::fuzz_target;

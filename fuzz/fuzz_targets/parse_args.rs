@@ -14,7 +14,6 @@
 
 use xcloak_core::args;
 
-
 use args::{ArgError, Command, MAX_COST, MAX_EXACT_MS, MAX_TIERS};
 use libfuzzer_sys::fuzz_target;
 

@@ -31,7 +31,6 @@
 
 use xcloak_core::{args, window};
 
-
 use args::{Request, Tier, Tiers, MAX_EXACT_MS};
 use libfuzzer_sys::fuzz_target;
 use window::{Decision, Log};
