@@ -105,10 +105,11 @@ sed -e 's|^loadmodule \./target/release/libxcloak\.so|loadmodule ./libxcloak.so|
 grep -q '^loadmodule \./libxcloak\.so' "$stage/redis.conf.example" \
     || { say "redis.conf.example: no 'loadmodule ./target/release/libxcloak.so' line to rewrite"; exit 1; }
 
-# The crates linked into the module (no build-time or proc-macro crates),
+# The crates linked into the module (no build-time or proc-macro crates; not
+# xcloak-core, the workspace's own core, under xcloak's LICENSE),
 # with the license text each ships (MIT where it offers a choice).
 crates=$(cargo tree --locked --edges normal,no-proc-macro --prefix none --target "$TRIPLE" \
-    --format '{p} {l}' | sed 's/ (\*)$//' | grep -v '^xcloak ' | LC_ALL=C sort -u)
+    --format '{p} {l}' | sed 's/ (\*)$//' | grep -v -E '^xcloak(-core)? ' | LC_ALL=C sort -u)
 {
     echo "# Third-party code in libxcloak.so"
     echo
