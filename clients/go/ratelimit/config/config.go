@@ -554,32 +554,14 @@ func (c *Config) Find(domain string, entries []Entry) *Match {
 	case found.DetailedMetric && anyShared(shared):
 		// share_threshold keeps its wildcard in the detailed key too, as
 		// the reference does: one counter for the values that share a window.
-		key := domain
-		for i, e := range entries {
-			switch {
-			case shared[i] != "":
-				key += "." + e.Key + "_" + shared[i]
-			case e.Value != "":
-				key += "." + e.Key + "_" + e.Value
-			default:
-				key += "." + e.Key
-			}
-		}
+		key := statsKey(domain, entries, shared)
 		found.StatsKey = key
 	case found.DetailedMetric:
 		found.StatsKey = detailed
 	default:
 		found.StatsKey = enhanced
 	}
-	key := domain
-	for i, e := range entries {
-		if shared[i] != "" {
-			key += "_" + e.Key + "_" + shared[i]
-		} else {
-			key += "_" + e.Key + "_" + e.Value
-		}
-	}
-	return &Match{Limit: found, Key: key}
+	return &Match{Limit: found, Key: windowKey(domain, entries, shared)}
 }
 
 func anyShared(shared []string) bool {
@@ -598,24 +580,42 @@ func anyShared(shared []string) bool {
 // one sorted set decided with two window lengths loses the longer window's
 // entries to the shorter one's trimming.
 func OverrideKey(domain string, entries []Entry, window time.Duration) string {
-	key := domain
-	for _, e := range entries {
-		key += "_" + e.Key + "_" + e.Value
-	}
-	return key + "_override_" + strconv.FormatInt(window.Milliseconds(), 10)
+	return windowKey(domain, entries, nil) + "_override_" + strconv.FormatInt(window.Milliseconds(), 10)
 }
 
-// StatsKey is the counters' key of a descriptor with its own limit.
-func StatsKey(domain string, entries []Entry) string {
+// value is an entry's value in a key, or the wildcard it shares a window
+// by (share_threshold) when shared names one.
+func value(e Entry, i int, shared []string) string {
+	if i < len(shared) && shared[i] != "" {
+		return shared[i]
+	}
+	return e.Value
+}
+
+// windowKey names a window: the domain and every entry, "_" between.
+func windowKey(domain string, entries []Entry, shared []string) string {
 	key := domain
-	for _, e := range entries {
+	for i, e := range entries {
+		key += "_" + e.Key + "_" + value(e, i, shared)
+	}
+	return key
+}
+
+// statsKey names counters: the domain and every entry, "." between, a value
+// after its key only when there is one.
+func statsKey(domain string, entries []Entry, shared []string) string {
+	key := domain
+	for i, e := range entries {
 		key += "." + e.Key
-		if e.Value != "" {
-			key += "_" + e.Value
+		if v := value(e, i, shared); v != "" {
+			key += "_" + v
 		}
 	}
 	return key
 }
+
+// StatsKey is the counters' key of a descriptor with its own limit.
+func StatsKey(domain string, entries []Entry) string { return statsKey(domain, entries, nil) }
 
 // wildcardMatch reports whether value matches a pattern split on "*": each
 // "*" matches zero or more characters.
