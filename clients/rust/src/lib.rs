@@ -55,6 +55,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod blocking;
+mod cache;
 mod clock;
 mod decision;
 mod engine;
@@ -71,6 +72,7 @@ mod transport;
 /// of your own to keep in step.
 pub use redis;
 
+pub use cache::Stats;
 pub use clock::{acquire_step, AcquireStep, Clock};
 pub use decision::{Decision, MultiDecision, TierState, Via};
 pub use engine::{Durable, Fallback, ALLOW_SCRIPT, PEEK_SCRIPT, REFUND_SCRIPT};
