@@ -333,6 +333,116 @@ mod tests {
         forward
     }
 
+    /// A reply as the vectors write it, as the `redis` crate reads it.
+    fn value(json: &serde_json::Value) -> redis::Value {
+        match json {
+            serde_json::Value::Number(n) => redis::Value::Int(n.as_i64().unwrap()),
+            serde_json::Value::Array(items) => redis::Value::Array(items.iter().map(value).collect()),
+            other => panic!("reply {other}"),
+        }
+    }
+
+    /// A Decision in the vectors' JSON shape.
+    fn decision_json(d: &Decision) -> serde_json::Value {
+        let ms = |d: Duration| d.as_millis() as i64;
+        let retry = |r: Option<Duration>| r.map_or(-1, ms);
+        serde_json::json!({
+            "allowed": d.allowed,
+            "limit": d.limit,
+            "remaining": d.remaining,
+            "retry_after_ms": retry(d.retry_after),
+            "reset_after_ms": ms(d.reset_after),
+            "cost_exceeds_limit": d.cost_exceeds_limit,
+            "window_ms": ms(d.window),
+            "tier": d.tier,
+            "tiers": d.tiers.iter().map(|t| serde_json::json!({
+                "window_ms": ms(t.window),
+                "limit": t.limit,
+                "remaining": t.remaining,
+                "retry_after_ms": retry(t.retry_after),
+                "reset_after_ms": ms(t.reset_after),
+            })).collect::<Vec<_>>(),
+            "stamp": d.stamp,
+            "via": match d.via {
+                Via::Command => "command",
+                Via::Script => "script",
+                Via::Error => "error",
+                Via::Cache => "cache",
+            },
+        })
+    }
+
+    fn headers_json(d: &Decision, style: crate::Style) -> serde_json::Value {
+        d.headers(style)
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), serde_json::Value::from(v.to_str().unwrap())))
+            .collect()
+    }
+
+    /// Every case of clients/conformance/block_cache.json (docs/clients.md,
+    /// "Block cache") through this cache on a virtual monotonic clock: a
+    /// `sent` step must miss, then its reply is decoded and recorded as sent
+    /// at `at`; another must hit with exactly the decision and headers given.
+    #[test]
+    fn every_block_cache_vector() {
+        let vectors: serde_json::Value =
+            serde_json::from_str(include_str!("../../conformance/block_cache.json")).unwrap();
+        assert_eq!(vectors["schema"], 1);
+        let mut steps = 0;
+        for case in vectors["cases"].as_array().unwrap() {
+            let name = case["name"].as_str().unwrap();
+            let mut cache = BlockCache::new(case["capacity"].as_u64().unwrap() as usize);
+            let mut hits = 0;
+            for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
+                let what = format!("{name} step {i}");
+                let at = MS(step["at"].as_u64().unwrap());
+                match step["op"].as_str().unwrap() {
+                    "allow" => {
+                        let mut request = Request::new(
+                            step["key"].as_str().unwrap(),
+                            MS(step["window"].as_u64().unwrap()),
+                            step["limit"].as_u64().unwrap(),
+                        )
+                        .cost(step["cost"].as_u64().unwrap());
+                        for tier in step["tiers"].as_array().unwrap() {
+                            request = request.tier(MS(tier[0].as_u64().unwrap()), tier[1].as_u64().unwrap());
+                        }
+                        let found = cache.lookup(&request, at);
+                        if step["sent"] == true {
+                            assert_eq!(found, None, "{what}: must be sent");
+                            let decided = Decision::from_reply(&value(&step["reply"]), &request, Via::Command).unwrap();
+                            cache.record(&request, &decided, at);
+                        } else {
+                            let d = found.unwrap_or_else(|| panic!("{what}: must be answered by the cache"));
+                            hits += 1;
+                            assert_eq!(decision_json(&d), step["decision"], "{what}");
+                            for (style, field) in [(crate::Style::Ietf, "ietf"), (crate::Style::Legacy, "legacy")] {
+                                // Header names are case-insensitive: http's are lower case.
+                                let expected: serde_json::Value = step["headers"][field]
+                                    .as_object()
+                                    .unwrap()
+                                    .iter()
+                                    .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                                    .collect();
+                                assert_eq!(headers_json(&d, style), expected, "{what}: {field} headers");
+                            }
+                        }
+                    }
+                    "forget" => cache.forget(step["key"].as_str().unwrap()),
+                    "size" => assert_eq!(
+                        cache.stats().cache_entries as u64,
+                        step["entries"].as_u64().unwrap(),
+                        "{what}"
+                    ),
+                    other => panic!("{what}: unknown op {other}"),
+                }
+                steps += 1;
+            }
+            assert_eq!(cache.stats().cache_hits, hits, "{name}: hits counted");
+        }
+        assert!(steps >= 60, "{steps} steps");
+    }
+
     #[test]
     fn a_hit_counts_down_and_the_deadline_drops_the_entry() {
         let mut cache = BlockCache::new(10);
