@@ -240,14 +240,15 @@ async fn mode(
     let attack_requests = (p.attackers * p.rounds) as f64;
     let legit_requests = (p.legit * p.per_legit) as u64;
     let mut admitted = vec![0u64; p.attackers];
-    let (mut attack_rejected, mut legit_rejected, mut other) = (0u64, 0u64, 0u64);
+    let (mut attack_rejected, mut legit_rejected) = (0u64, 0u64);
+    let mut other = std::collections::BTreeMap::<u16, u64>::new();
     for (who, status, _) in &outcomes {
         match (who, status) {
             (Who::Attack(i), 200) => admitted[*i] += 1,
             (Who::Attack(_), 429) => attack_rejected += 1,
             (Who::Legit(_), 200) => {}
             (Who::Legit(_), 429) => legit_rejected += 1,
-            _ => other += 1,
+            (_, status) => *other.entry(*status).or_default() += 1,
         }
     }
     // Over-admission, against the server's own count of each window.
@@ -279,7 +280,8 @@ async fn mode(
         format!("{:+.0} / {:+.0}", p50 - b50, p99 - b99),
         format!("{over} ({mismatched} windows differ from the 200s seen)"),
         format!("{legit_rejected} of {legit_requests}"),
-        format!("{other}"),
+        // 500: the layer's error (ErrorPolicy::Raise), the limiter's 1 s timeout.
+        format!("{other:?}"),
         format!("{:.1}", elapsed.as_secs_f64()),
     ]
 }
@@ -406,7 +408,7 @@ async fn main() {
         "latency added, p50 / p99 (us)",
         "over-admission",
         "legitimate requests rejected",
-        "other statuses",
+        "other statuses (status: count)",
         "wall time (s)",
     ];
     println!("\n| | cache off | cache on |\n|---|---|---|");

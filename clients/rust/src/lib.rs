@@ -34,7 +34,10 @@
 //! `refund`, `reset`, `acquire`, `allow_all`), the per-node fallback to the
 //! scripts and the error policy are written once (`engine`), over a
 //! [`Transport`] for the async [`Limiter`] and a connection pool for
-//! [`blocking::Limiter`]. The tower layer (feature `tower`) sits on top.
+//! [`blocking::Limiter`]. The block cache (`cache`, pure, behind a mutex
+//! the engine never holds across a call) answers the repeats of a rejection
+//! locally until its retry-after has passed ([`Builder::block_cache`],
+//! [`Limiter::stats`]). The tower layer (feature `tower`) sits on top.
 //!
 //! # Errors
 //!
