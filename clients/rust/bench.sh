@@ -7,8 +7,9 @@
 # attack: issue 32's attack bench (benches/attack.rs): a credential-stuffing
 # wave through the layer in an axum server, the block cache on and off in
 # one run; scale by ATTACK_IDENTITIES, ATTACK_ROUNDS, LEGIT_IDENTITIES,
-# CONNECTIONS. Each starts its own server with the module ($XCLOAK_MODULE,
-# default the workspace's release build).
+# CONNECTIONS, SLICES; XCLOAK_ATTACK_JSON=PATH also writes the figures there
+# as JSON (the shape scripts/bench gathers). Each starts its own server with
+# the module ($XCLOAK_MODULE, default the workspace's release build).
 # The bench profile inherits the workspace's release profile (fat LTO, one
 # codegen unit, for the module); both are lifted here to keep the build short:
 # both sides of every ratio are in the same binary.

@@ -6,7 +6,8 @@
 //! or reset through the limiter drops the entry; a peek, an explicit `now`
 //! and a limiter with a clock bypass it; allow_all's blocked request costs no
 //! call; the stats; off with 0 and refused above 1,000,000; the blocking
-//! limiter; many tasks on one key admit exactly the limit.
+//! limiter; many tasks on one key admit exactly the limit; a paused server
+//! is not asked about a cached key.
 //!
 //! A mutant caught: a hit that calls the server anyway, a cache that admits,
 //! a retry_after not counted down, an entry kept past its deadline, a smaller
@@ -306,4 +307,22 @@ async fn many_tasks_on_one_key_admit_exactly_the_limit() {
         "every call answered once"
     );
     assert!(stats.cache_hits >= 700, "{stats:?}");
+}
+
+#[tokio::test]
+async fn an_outage_does_not_reach_a_cached_key() {
+    let server = Server::start();
+    let limiter = Limiter::builder(server.client().get_multiplexed_async_connection().await.unwrap())
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let request = minute("o", 1);
+    block(&limiter, &request).await;
+    server.pause();
+    // Sent, this call would time out: the paused server is never asked.
+    let d = limiter.allow(&request).await;
+    let other = limiter.allow(&minute("o2", 1)).await;
+    server.resume();
+    assert_eq!(d.unwrap().via, Via::Cache);
+    assert!(matches!(other, Err(Error::Unavailable(_))), "{other:?}");
 }
