@@ -77,6 +77,8 @@ pub(crate) struct BlockCache {
     newest: u32,
     oldest: u32,
     hits: u64,
+    /// Refunds and resets so far ([`BlockCache::forget`]).
+    forgets: u64,
 }
 
 /// `duration` in whole milliseconds, rounded up.
@@ -100,6 +102,7 @@ impl BlockCache {
             newest: NIL,
             oldest: NIL,
             hits: 0,
+            forgets: 0,
         }
     }
 
@@ -160,12 +163,31 @@ impl BlockCache {
     /// drops the key's entry (the window opened earlier than held: a refund
     /// elsewhere); a rejection that can never fit, or the error policy's
     /// answer, changes nothing.
+    #[cfg(test)]
     pub(crate) fn record(&mut self, request: &Request, decision: &Decision, sent_at: Duration) {
+        self.record_since(request, decision, sent_at, self.forgets);
+    }
+
+    /// How many refunds and resets were seen: read when a call is sent, and
+    /// given back to [`BlockCache::record_since`] with its decision.
+    pub(crate) fn forgets(&self) -> u64 {
+        self.forgets
+    }
+
+    /// [`BlockCache::record`], for a call sent when [`BlockCache::forgets`]
+    /// was `forgets`. A refund or reset since then may have opened the window
+    /// after the server rejected this call: its rejection is not held (the
+    /// next one will be), so a refund in flight beside it never leaves the
+    /// key blocked in this process.
+    pub(crate) fn record_since(&mut self, request: &Request, decision: &Decision, sent_at: Duration, forgets: u64) {
         if decision.via == Via::Error || decision.via == Via::Cache {
             return;
         }
         if decision.allowed {
-            self.forget(&request.key);
+            self.drop_key(&request.key);
+            return;
+        }
+        if forgets != self.forgets {
             return;
         }
         let Some(retry_after) = decision
@@ -215,8 +237,14 @@ impl BlockCache {
         self.push_newest(at);
     }
 
-    /// Drops `key`'s entry (a refund or a reset of it through this limiter).
+    /// Drops `key`'s entry (a refund or a reset of it through this limiter),
+    /// and counts it: a rejection of any key sent before it is not held.
     pub(crate) fn forget(&mut self, key: &str) {
+        self.forgets += 1;
+        self.drop_key(key);
+    }
+
+    fn drop_key(&mut self, key: &str) {
         if let Some(&at) = self.index.get(key) {
             self.remove(at);
         }
@@ -544,6 +572,20 @@ mod tests {
         cache.record(&request, &admitted(&request), MS(1));
         assert!(cache.lookup(&request, MS(2)).is_none());
         assert_eq!(cache.stats().cache_entries, 0);
+    }
+
+    #[test]
+    fn a_rejection_sent_before_a_refund_is_not_held() {
+        let mut cache = BlockCache::new(10);
+        let request = minute("k");
+        let sent = cache.forgets();
+        // A refund of the key while the call was in flight: its window may
+        // have opened after the server rejected the call.
+        cache.forget("k");
+        cache.record_since(&request, &rejected(&request, 1_000, 1_000), MS(0), sent);
+        assert_eq!(cache.stats().cache_entries, 0);
+        cache.record_since(&request, &rejected(&request, 1_000, 1_000), MS(1), cache.forgets());
+        assert!(cache.lookup(&request, MS(2)).is_some());
     }
 
     #[test]

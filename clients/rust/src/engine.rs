@@ -390,13 +390,16 @@ impl<I: Io> Engine<'_, I> {
             return self.allow_once(request, deadline).await;
         };
         let sent_at = self.shared.mono();
-        let hit = lock(cache).lookup(request, sent_at);
+        let (hit, forgets) = {
+            let mut cache = lock(cache);
+            (cache.lookup(request, sent_at), cache.forgets())
+        };
         if let Some(decision) = hit {
             return Ok(decision);
         }
         let result = self.allow_once(request, deadline).await;
         if let Ok(decision) = &result {
-            lock(cache).record(request, decision, sent_at);
+            lock(cache).record_since(request, decision, sent_at, forgets);
         }
         result
     }
