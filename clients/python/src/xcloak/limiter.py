@@ -10,7 +10,7 @@ too) or a ``redis.cluster.RedisCluster``. The calls are the engine's operations
 from __future__ import annotations
 
 import time
-from typing import Any, Generator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Generator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _engine
 from . import commands as cmd
@@ -68,10 +68,10 @@ class Limiter(Base):
         else:
             time.sleep(ms / 1000)
 
-    def _direct(self, direct: Optional[Direct]) -> Optional[Decision]:
+    def _direct(self, direct: Union[Direct, Decision, None]) -> Optional[Decision]:
         """The hot path (``_engine.Direct``): one exchange, no generator; None: the whole way."""
-        if direct is None:
-            return None
+        if direct is None or isinstance(direct, Decision):  # the whole way, or the block cache's answer
+            return direct
         try:
             _, (reply,) = self._transport.exchange(direct.node, direct.commands, direct.deadline(), None, False)
         except BaseException as error:
