@@ -91,6 +91,8 @@ def test_vector(case):
             else:
                 assert hit is not None, where
                 assert dict(to_dict(hit), via=hit.via) == step["decision"], where
+                for style, fields in step.get("headers", {}).items():
+                    assert xcloak.headers(hit, style) == fields, (where, style)
         elif step["op"] == "forget":
             cache.forget(step["key"])
         elif step["op"] == "size":
