@@ -150,9 +150,9 @@ async def concurrent(port: int, jobs: List[Tuple[str, str]], connections: int) -
     return [r for part in parts for r in part]
 
 
-def traffic(identities: int, factor: int, legit: int) -> List[Tuple[str, str]]:
-    attack = [("/", f"attacker-{i}") for _ in range(factor * LIMIT) for i in range(identities)]
-    friendly = [("/", f"user-{j}") for _ in range(LIMIT // 2) for j in range(legit)]
+def traffic(identities: int, factor: int, legit: int, prefix: str) -> List[Tuple[str, str]]:
+    attack = [("/", f"{prefix}attacker-{i}") for _ in range(factor * LIMIT) for i in range(identities)]
+    friendly = [("/", f"{prefix}user-{j}") for _ in range(LIMIT // 2) for j in range(legit)]
     out: List[Tuple[str, str]] = []
     step = len(attack) / max(1, len(friendly))
     k = 0
@@ -190,7 +190,7 @@ def run_mode(server, serving: Serving, name: str, jobs, args) -> Dict[str, float
     for ident, status in results:
         if status not in (200, 429):
             raise RuntimeError(f"{name}: status {status} for {ident}")
-        if ident.startswith("attacker-"):
+        if "attacker-" in ident:
             attack_requests += 1
             admitted[ident] = admitted.get(ident, 0) + (status == 200)
         else:
@@ -211,6 +211,9 @@ def run_mode(server, serving: Serving, name: str, jobs, args) -> Dict[str, float
 
 
 def added_latency(serving: Serving, ident: str, n: int) -> Tuple[float, float]:
+    """p50 and p99 of a blocked identity's request minus those of /bare, alternated on one connection."""
+    blocked = asyncio.run(sequential(serving.port, [("/", ident)] * (LIMIT + 1)))
+    assert blocked[-1][0] == 429
     jobs = [job for _ in range(n) for job in (("/", ident), ("/bare", ident))]
     out = asyncio.run(sequential(serving.port, jobs))
     limited = [t for (status, t), (path, _) in zip(out, jobs) if path == "/"]
@@ -245,6 +248,7 @@ def main() -> int:
     parser.add_argument("--legit", type=int, default=200)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--latency-samples", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of both modes, in alternating order")
     args = parser.parse_args()
 
     from servers import Server, free_port
@@ -254,32 +258,36 @@ def main() -> int:
     try:
         off = Serving(server.port, 0, "off", free_port())
         on = Serving(server.port, 10_000, "on", free_port())
-        jobs = traffic(args.identities, args.factor, args.legit)
+        servings = {"off": off, "on": on}
         print(f"traffic: {args.identities} identities x {args.factor * LIMIT} requests (limit {LIMIT} per "
               f"{WINDOW_MS // 1000} s, interleaved) + {args.legit} legitimate identities x {LIMIT // 2} = "
-              f"{len(jobs)} requests per mode, {args.connections} connections; load {os.getloadavg()}")
-        results = {}
-        for mode, serving in (("off", off), ("on", on)):
-            results[mode] = run_mode(server, serving, mode, jobs, args)
-        for mode, serving in (("off", off), ("on", on)):
-            p50, p99 = added_latency(serving, "attacker-0", args.latency_samples)
-            results[mode]["added_p50_us"], results[mode]["added_p99_us"] = p50, p99
+              f"{len(traffic(args.identities, args.factor, args.legit, ''))} requests per mode and round, "
+              f"{args.connections} connections, {args.rounds} rounds; load {os.getloadavg()}")
+        results: Dict[str, List[Dict[str, float]]] = {"off": [], "on": []}
+        for r in range(args.rounds):
+            jobs = traffic(args.identities, args.factor, args.legit, f"r{r}-")
+            for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
+                results[mode].append(run_mode(server, servings[mode], mode, jobs, args))
+        for mode, serving in servings.items():
+            p50, p99 = added_latency(serving, "probe", args.latency_samples)
+            results[mode][0]["added_p50_us"], results[mode][0]["added_p99_us"] = p50, p99
         cache_us, server_us = cached_vs_round_trip(server, 2000)
         rows = ["requests", "elapsed_s", "rps", "calls_per_request", "attack_calls_per_attack_request",
-                "rejections_without_call", "redis_usec_per_request", "app_cpu_us_per_request", "added_p50_us",
-                "added_p99_us", "over_admission", "server_count_mismatches", "legit_rejected"]
-        print(f"| {'':34} | cache off | cache on |")
+                "rejections_without_call", "redis_usec_per_request", "app_cpu_us_per_request", "over_admission",
+                "server_count_mismatches", "legit_rejected"]
+        print("| per round | cache off | cache on |")
         print("|---|---|---|")
         for row in rows:
-            print(f"| {row:34} | {results['off'][row]:.4g} | {results['on'][row]:.4g} |")
+            cells = [" / ".join(f"{x[row]:.4g}" for x in results[mode]) for mode in ("off", "on")]
+            print(f"| {row} | {cells[0]} | {cells[1]} |")
+        for row in ("added_p50_us", "added_p99_us"):
+            print(f"| {row} (one connection) | {results['off'][0][row]:.4g} | {results['on'][0][row]:.4g} |")
         print(f"cached rejection {cache_us:.1f} us vs server round trip {server_us:.1f} us per allow() "
               f"(ratio {cache_us / server_us:.3f}); load {os.getloadavg()}")
-        for mode in ("off", "on"):
-            if results[mode]["elapsed_s"] > WINDOW_MS / 1000:
-                print(f"note: mode {mode} ran {results[mode]['elapsed_s']:.0f} s, longer than the window: an "
-                      f"identity may be admitted again in a new window")
-        bad = any(results[m]["over_admission"] or results[m]["legit_rejected"] or results[m]["server_count_mismatches"]
-                  for m in results)
+        everything = [x for mode in results for x in results[mode]]
+        if any(x["elapsed_s"] > WINDOW_MS / 1000 for x in everything):
+            print("note: a mode ran longer than the window: an identity may be admitted again in a new window")
+        bad = any(x["over_admission"] or x["legit_rejected"] or x["server_count_mismatches"] for x in everything)
         return 1 if bad else 0
     finally:
         for serving in (on, off):
