@@ -169,6 +169,10 @@ def commandstats(client) -> Dict[str, Tuple[int, float]]:
             for name, v in client.info("commandstats").items()}
 
 
+def fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.3g}"
+
+
 def percentile(values: List[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(p * len(values)))]
@@ -241,6 +245,40 @@ def cached_vs_round_trip(server, n: int) -> Tuple[float, float]:
     return statistics.median(rounds["cache"]), statistics.median(rounds["server"])
 
 
+def memory_per_entry(n: int, tiered: bool) -> float:
+    """Bytes per block-cache entry (tracemalloc): ``n`` rejections recorded, each
+    with a fresh 24-byte key and the decision decoded from a reply, as the
+    limiter does; with ``tiered``, the request has two tiers (``TIER`` once)."""
+    import gc
+    import tracemalloc
+
+    from xcloak._cache import BlockCache, sig_of
+    from xcloak.decision import from_reply
+
+    cache = BlockCache(n)
+    replies = []
+    for i in range(n):
+        reply: List[object] = [0, LIMIT, 0, 50_000 + i, 59_000 + i]
+        if tiered:
+            reply.append([[WINDOW_MS, LIMIT, 0, 50_000 + i, 59_000 + i], [3_600_000, 100, 90, 0, 3_500_000 + i]])
+        replies.append(reply)
+    names = [f"rl:signin:198.51.{i // 256 % 256:03d}.{i % 256:03d}" for i in range(n)]
+    assert all(len(k) == 24 for k in names)
+    tiers_ms = [(3_600_000, 100)] if tiered else []
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(n):
+        key = names[i].encode().decode()  # a fresh str, as the limiter builds prefix + key
+        cache.record(key, sig_of(WINDOW_MS, LIMIT, tiers_ms), 1, 1000.0 + i, from_reply(replies[i], WINDOW_MS, tiered))
+    del key
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert len(cache) == n
+    return used / n
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--identities", type=int, default=50)
@@ -249,7 +287,14 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--latency-samples", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2, help="rounds of both modes, in alternating order")
+    parser.add_argument("--memory", action="store_true", help="only the memory per entry (no server)")
     args = parser.parse_args()
+    if args.memory:
+        for tiered in (False, True):
+            shape = "two tiers" if tiered else "no tiers"
+            print(f"block cache memory per entry, 10,000 entries, 24-byte keys, {shape}: "
+                  f"{memory_per_entry(10_000, tiered):.0f} B")
+        return 0
 
     from servers import Server, free_port
 
@@ -278,10 +323,10 @@ def main() -> int:
         print("| per round | cache off | cache on |")
         print("|---|---|---|")
         for row in rows:
-            cells = [" / ".join(f"{x[row]:.4g}" for x in results[mode]) for mode in ("off", "on")]
+            cells = [" / ".join(fmt(x[row]) for x in results[mode]) for mode in ("off", "on")]
             print(f"| {row} | {cells[0]} | {cells[1]} |")
         for row in ("added_p50_us", "added_p99_us"):
-            print(f"| {row} (one connection) | {results['off'][0][row]:.4g} | {results['on'][0][row]:.4g} |")
+            print(f"| {row} (one connection) | {fmt(results['off'][0][row])} | {fmt(results['on'][0][row])} |")
         print(f"cached rejection {cache_us:.1f} us vs server round trip {server_us:.1f} us per allow() "
               f"(ratio {cache_us / server_us:.3f}); load {os.getloadavg()}")
         everything = [x for mode in results for x in results[mode]]

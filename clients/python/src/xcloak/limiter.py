@@ -40,7 +40,11 @@ class Limiter(Base):
     - ``replica_reads``: ``peek`` reads a replica (cluster: the key's slot's
       replica; Sentinel: pass ``replica=sentinel.slave_for(name)``);
     - ``durable``: ``Durable(replicas=N, timeout=T)``: ``WAIT`` after admissions;
-    - ``clock``, ``jitter_fraction``, ``random``: acquire's, and for replays.
+    - ``clock``, ``jitter_fraction``, ``random``: acquire's, and for replays;
+    - ``block_cache``: the block cache's entries (default 10,000; 0 turns it
+      off; an int up to 1,000,000): a key the server rejected with a wait is
+      rejected again without a call (``via == "cache"``) until that wait has
+      passed (docs/clients.md, "Block cache"); ``stats`` counts its answers.
     """
 
     _transport_class = Transport

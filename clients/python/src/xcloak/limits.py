@@ -110,13 +110,14 @@ def split_options(uri: str, options: Dict[str, Any]) -> Tuple[str, Dict[str, Any
     if "probe_interval" in ours:
         config["probe_interval"] = _ms("probe_interval", ours["probe_interval"])
     if "block_cache" in ours:
-        value = ours["block_cache"]
-        if isinstance(value, str):
-            if not value.isdigit():
-                raise ValueError(f"block_cache must be an integer from 0 (off) to 1,000,000 entries (got {value!r} "
+        entries = ours["block_cache"]
+        if isinstance(entries, str):
+            if not entries.isdigit():
+                raise ValueError(f"block_cache must be an integer from 0 (off) to 1,000,000 entries (got {entries!r} "
                                  f"in the storage URI)")
-            value = int(value)
-        config["block_cache"] = value  # the limiter checks its range
+            config["block_cache"] = int(entries)
+        else:
+            config["block_cache"] = entries  # the limiter checks its type and range
     if "clock" in ours:  # a keyword argument only: an xcloak.Clock (tests that freeze time)
         if isinstance(ours["clock"], str):
             raise ValueError("clock is an xcloak.Clock, passed as a keyword argument (storage options), "
