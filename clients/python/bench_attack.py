@@ -170,7 +170,7 @@ def commandstats(client) -> Dict[str, Tuple[int, float]]:
 
 
 def fmt(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:.3g}"
+    return f"{value:,.0f}" if abs(value) >= 100 or float(value).is_integer() else f"{value:.3g}"
 
 
 def percentile(values: List[float], p: float) -> float:
