@@ -375,3 +375,29 @@ def test_limits_storage_option_and_strategy(server):
     assert storage.limiter.stats == xcloak.Stats(cache_hits=2, cache_entries=1)
     storage.reset()
     assert storage.limiter.stats.cache_entries == 0 and strategy.hit(item, "alice")
+
+
+def test_allow_all_hit_at_j_refunds_the_earlier_admissions(server):
+    limiter = xcloak.Limiter(server.client(), prefix="t11:")
+    assert limiter.allow("k", 60_000, 1).allowed and limiter.allow("k", 60_000, 1).via == "command"
+    calls, refunds = server.calls("xcloak.allow"), server.calls("xcloak.refund")
+    multi = limiter.allow_all([{"key": "a", "window": 60_000, "limit": 5},
+                               {"key": "k", "window": 60_000, "limit": 1},
+                               {"key": "b", "window": 60_000, "limit": 5}])
+    assert not multi.allowed and multi.rejected == 1 and multi.binding.via == "cache"
+    assert [d.via for d in multi.decisions] == ["command", "cache"], "nothing sent after the hit"
+    assert server.calls("xcloak.allow") == calls + 1 and server.calls("xcloak.refund") == refunds + 1
+    assert server.client().zcard("t11:a") == 0 and not server.client().exists("t11:b")
+
+
+def test_an_outage_does_not_reach_a_cached_key(server):
+    limiter = xcloak.Limiter(server.client(), prefix="t12:", timeout=200)
+    assert limiter.allow("k", 60_000, 1).allowed and not limiter.allow("k", 60_000, 1).allowed
+    server.pause()
+    try:
+        d = limiter.allow("k", 60_000, 1)  # on_error="raise": a call would raise UnavailableError
+        assert d.via == "cache" and not d.allowed
+        with pytest.raises(xcloak.UnavailableError):
+            limiter.allow("other", 60_000, 1)
+    finally:
+        server.resume()
