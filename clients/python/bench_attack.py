@@ -279,6 +279,34 @@ def memory_per_entry(n: int, tiered: bool) -> float:
     return used / n
 
 
+def write_json(args: argparse.Namespace, results: Dict[str, List[Dict[str, float]]], cache_us: float,
+               server_us: float) -> None:
+    """The figures in the shape every package's attack bench writes (scripts/bench, block-cache)."""
+    import json
+
+    def mode(name: str) -> Dict[str, float]:
+        rounds = results[name]
+        mean = lambda key: statistics.fmean(x[key] for x in rounds)  # noqa: E731
+        return {"calls_per_request": mean("calls_per_request"),
+                "calls_per_attack_request": mean("attack_calls_per_attack_request"),
+                "cache_answered_share": mean("rejections_without_call"),
+                "server_usec_per_request": mean("redis_usec_per_request"), "rps": mean("rps"),
+                "p50_ms": rounds[0]["added_p50_us"] / 1000, "p99_ms": rounds[0]["added_p99_us"] / 1000,
+                "overadmitted": int(sum(x["over_admission"] for x in rounds)),
+                "legit_rejected": int(sum(x["legit_rejected"] for x in rounds))}
+
+    out = {"package": "python", "middleware": "xcloak.asgi.RateLimitMiddleware (uvicorn, Starlette)",
+           "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load": os.getloadavg()[0],
+           "scale": {"identities": args.identities, "attack_per_identity": args.factor * LIMIT,
+                     "legit_identities": args.legit, "legit_per_identity": LIMIT // 2,
+                     "requests": args.identities * args.factor * LIMIT + args.legit * (LIMIT // 2),
+                     "rounds": args.rounds},
+           "on": mode("on"), "off": mode("off"), "cached_ns": cache_us * 1000, "roundtrip_ns": server_us * 1000,
+           "cached_vs_roundtrip": cache_us / server_us, "bytes_per_entry": memory_per_entry(10_000, False)}
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--identities", type=int, default=50)
@@ -288,6 +316,8 @@ def main() -> int:
     parser.add_argument("--latency-samples", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2, help="rounds of both modes, in alternating order")
     parser.add_argument("--memory", action="store_true", help="only the memory per entry (no server)")
+    parser.add_argument("--json", metavar="PATH", default=os.environ.get("XCLOAK_ATTACK_JSON"),
+                        help="also write the figures there (the shape scripts/bench's block-cache section reads)")
     args = parser.parse_args()
     if args.memory:
         for tiered in (False, True):
@@ -329,6 +359,8 @@ def main() -> int:
             print(f"| {row} (one connection) | {fmt(results['off'][0][row])} | {fmt(results['on'][0][row])} |")
         print(f"cached rejection {cache_us:.1f} us vs server round trip {server_us:.1f} us per allow() "
               f"(ratio {cache_us / server_us:.3f}); load {os.getloadavg()}")
+        if args.json:
+            write_json(args, results, cache_us, server_us)
         everything = [x for mode in results for x in results[mode]]
         if any(x["elapsed_s"] > WINDOW_MS / 1000 for x in everything):
             print("note: a mode ran longer than the window: an identity may be admitted again in a new window")
