@@ -36,14 +36,19 @@ package bench
 // of an identity within 60 s; ZCARD of each key at most 10; legitimate
 // requests rejected. Then a cached rejection's cost against a server round
 // trip, in this process: Allow of a blocked key answered by the cache, and
-// Allow of it sent (cache off), in alternating blocks of 1,000.
+// Allow of it sent (cache off), in alternating blocks of 1,000; and the
+// heap per entry of a Limiter holding 10,000 blocked keys. With
+// XCLOAK_ATTACK_JSON=PATH the figures are also written there, in the shape
+// every package's attack bench writes (scripts/bench gathers them).
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -374,7 +379,77 @@ func BenchmarkAttack(b *testing.B) {
 	perCached := float64(cachedT.Nanoseconds()) / (blocks * block)
 	perSent := float64(sentT.Nanoseconds()) / (blocks * block)
 	fmt.Printf("a cached rejection: %.0f ns per Allow; a rejection sent to the server: %.0f ns; ratio 1/%.0f\n", perCached, perSent, perSent/perCached)
+	// Memory per entry through a Limiter (runtime.ReadMemStats after GC):
+	// 10,000 keys of 24 bytes blocked by the server, no tiers.
+	const entries = 10_000
+	// The prefix makes each call build its key (prefix + key), as in use: the
+	// entry's key is counted.
+	mem, err := xcloak.NewLimiter(rdb, xcloak.Options{Prefix: "rl:", Fallback: xcloak.FallbackNever, Timeout: 10 * time.Second, BlockCache: entries})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, entries)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("login:%015d", i) // rl:login:... is 24 bytes
+		if _, err := mem.Allow(ctx, keys[i], time.Minute, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, key := range keys {
+		if d, err := mem.Allow(ctx, key, time.Minute, 1); err != nil || d.Allowed {
+			b.Fatal(d, err)
+		}
+	}
+	keys = nil
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if st := mem.Stats(); st.CacheEntries != entries {
+		b.Fatalf("%+v", st)
+	}
+	perEntry := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / entries
+	runtime.KeepAlive(mem)
+	fmt.Printf("memory per entry (through a Limiter, %d entries, 24-byte keys, no tiers): %.0f bytes\n", entries, perEntry)
 	fmt.Printf("load average at the end %s\n", load())
+	if path := os.Getenv("XCLOAK_ATTACK_JSON"); path != "" {
+		mode := func(p *phase) map[string]interface{} {
+			var admitted int64
+			for _, n := range p.admitted {
+				admitted += n
+			}
+			over := 0
+			fmt.Sscanf(p.verdict, "%d", &over)
+			return map[string]interface{}{
+				"calls_per_request":        float64(p.calls) / total,
+				"calls_per_attack_request": float64(p.calls-int64(legitRequests)) / float64(attackRequests),
+				"cache_answered_share":     float64(p.hits) / float64(int64(attackRequests)-admitted),
+				"server_usec_per_request":  float64(p.usec) / total,
+				"rps":                      total / p.wall.Seconds(),
+				"p50_ms":                   float64(pct(p.inServer, 0.50)-pct(bare.inServer, 0.50)) / 1e6,
+				"p99_ms":                   float64(pct(p.inServer, 0.99)-pct(bare.inServer, 0.99)) / 1e6,
+				"overadmitted":             over,
+				"legit_rejected":           p.legitRej,
+			}
+		}
+		loadNow, _ := strconv.ParseFloat(strings.Fields(load())[0], 64)
+		out := map[string]interface{}{
+			"package": "go", "middleware": "nethttp (net/http, httptest on loopback)",
+			"when": time.Now().UTC().Format("2006-01-02T15:04:05Z"), "load": loadNow,
+			"scale": map[string]interface{}{
+				"identities": identities, "attack_per_identity": rounds, "legit_identities": legitIdentities,
+				"legit_per_identity": legitEach, "requests": len(jobs), "rounds": 1,
+			},
+			"on": mode(phases[1]), "off": mode(phases[2]),
+			"cached_ns": perCached, "roundtrip_ns": perSent, "cached_vs_roundtrip": perCached / perSent,
+			"bytes_per_entry": perEntry,
+		}
+		data, _ := json.MarshalIndent(out, "", " ")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.ReportMetric(float64(phases[1].calls-int64(legitRequests))/float64(attackRequests), "on-calls/attack-req")
 	b.ReportMetric(perSent/perCached, "roundtrip/cached")
 }
