@@ -5,6 +5,7 @@ package xcloak
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -243,6 +244,24 @@ func TestBlockCacheLive(t *testing.T) {
 		must(t, d, err, true, ViaCommand)
 		if sent := allows() - n; sent < 1 || sent > 2 || l.Stats().CacheHits != hits+1 {
 			t.Errorf("acquire: %d calls, %d hits; want 1 hit, then 1 or 2 calls", sent, l.Stats().CacheHits-hits)
+		}
+	})
+
+	// An outage does not reach a blocked key: with the server paused, its
+	// rejection still comes from the cache, under PolicyRaise, while another
+	// key goes to the policy (the shared server is resumed at its end).
+	t.Run("outage", func(t *testing.T) {
+		l := mustLimiter(t, rdb, Options{Prefix: "out:", Timeout: 200 * time.Millisecond})
+		for i := 0; i < 2; i++ {
+			d, err := l.Allow(ctx, "k", time.Minute, 1)
+			must(t, d, err, i == 0, ViaCommand)
+		}
+		server.Pause()
+		defer server.Resume()
+		d, err := l.Allow(ctx, "k", time.Minute, 1)
+		must(t, d, err, false, ViaCache)
+		if _, err := l.Allow(ctx, "other", time.Minute, 1); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("another key with the server paused: %v, want ErrUnavailable", err)
 		}
 	})
 
