@@ -38,7 +38,8 @@ interface Entry {
   readonly decidedWindow: number;
   readonly tier: number;
   readonly resetAfter: number;
-  readonly tierStates: readonly TierState[];
+  /** The decision's tier states (null when the request had no tiers: no array held). */
+  readonly tierStates: readonly TierState[] | null;
 }
 
 const tierWindow = (t: TierSpec): number => (Array.isArray(t) ? t[0] : (t as { window: number }).window);
@@ -110,7 +111,7 @@ export class BlockCache {
       costExceedsLimit: false,
       window: entry.decidedWindow,
       tier: entry.tier,
-      tiers: entry.tierStates.map((t) => ({
+      tiers: entry.tierStates === null ? [] : entry.tierStates.map((t) => ({
         window: t.window,
         limit: t.limit,
         remaining: t.remaining,
@@ -149,7 +150,7 @@ export class BlockCache {
       decidedWindow: decision.window,
       tier: decision.tier,
       resetAfter: decision.resetAfter,
-      tierStates: decision.tiers,
+      tierStates: decision.tiers.length > 0 ? decision.tiers : null,
     };
     // Replaced: deleted first, so that it moves to the most recent end.
     if (!this.entries.delete(spec.key) && this.entries.size >= this.capacity) {
