@@ -4,7 +4,7 @@
 // and OFF in the same run, on one redis-server with the module, against the
 // same route without the middleware (the latency baseline).
 //
-//   node bench/attack.mjs [--identities 100] [--rounds 1000] [--legit 1000] [--connections 16] [--calls 20000]
+//   node bench/attack.mjs [--identities 50] [--rounds 1000] [--legit 1000] [--connections 16] [--calls 20000] [--repeat 3]
 //
 // The attack: each of --identities identities sends --rounds requests (100x
 // its limit of 10 per 60 s at the default), interleaved round-robin; beside
@@ -16,7 +16,9 @@
 // the share of attack rejections answered without a call (limiter.stats),
 // over-admission (admitted per identity above 10, from the responses, and
 // checked against the server's own count: ZCARD of each key), legitimate
-// requests rejected. Then, in this process, a cached rejection's cost against
+// requests rejected. The three modes alternate, --repeat times (the machine is
+// shared and noisy): medians are reported, and the over-admission and
+// legitimate rejections of every run. Then, in this process, a cached rejection's cost against
 // a server round trip (N sequential allow() on a blocked key, cache on vs
 // off), on ioredis and node-redis.
 import { fork } from 'node:child_process';
@@ -34,11 +36,12 @@ const arg = (name, fallback) => {
   const i = process.argv.indexOf(name);
   return i > 0 ? Number(process.argv[i + 1]) : fallback;
 };
-const IDENTITIES = arg('--identities', 100);
+const IDENTITIES = arg('--identities', 50);
 const ROUNDS = arg('--rounds', 1000);
 const LEGIT = arg('--legit', 1000);
 const CONNECTIONS = arg('--connections', 16);
 const CALLS = arg('--calls', 20000);
+const REPEAT = arg('--repeat', 3);
 const WINDOW = 60000;
 const LIMIT = 10;
 const LEGIT_EACH = 5;
@@ -223,11 +226,18 @@ async function cachedVsServer(server) {
     await cached.allow(key, WINDOW, 1); // the server's rejection: the entry is held
     await perCall(cached, key, 2000); // warm up both paths
     await perCall(sent, key, 500);
-    const calls0 = (await commandstats(server)).calls;
-    const hit = await perCall(cached, key, CALLS);
-    const calls1 = (await commandstats(server)).calls;
-    const trip = await perCall(sent, key, Math.max(1000, Math.floor(CALLS / 10)));
-    rows.push({ library, hit, trip, sentByHits: calls1 - calls0 });
+    // Rounds alternate (the machine is shared and noisy): the medians of 5.
+    const hits = [];
+    const trips = [];
+    let sentByHits = 0;
+    for (let round = 0; round < 5; round++) {
+      const calls0 = (await commandstats(server)).calls;
+      hits.push(await perCall(cached, key, CALLS));
+      sentByHits += (await commandstats(server)).calls - calls0;
+      trips.push(await perCall(sent, key, Math.max(1000, Math.floor(CALLS / 10))));
+    }
+    const mid = (xs, k) => xs.map((x) => x[k]).sort((a, b) => a - b)[2];
+    rows.push({ library, hit: [mid(hits, 0), mid(hits, 1)], trip: [mid(trips, 0), mid(trips, 1)], sentByHits });
     if (library === 'ioredis') client.disconnect();
     else await client.close();
   }
@@ -243,10 +253,20 @@ try {
     `${IDENTITIES} attacking identities x ${ROUNDS} rounds (${ROUNDS / LIMIT}x the limit of ${LIMIT} per ${WINDOW / 1000} s each) = ${attack} attack requests, ` +
       `interleaved, + ${requests.length - attack} legitimate (${LEGIT} identities x ${LEGIT_EACH}); ${CONNECTIONS} keep-alive connections; Express middleware, ioredis`,
   );
-  const runs = {};
-  for (const mode of ['none', 'off', 'on']) runs[mode] = await run(server, mode, requests);
-  const base = summarize(runs.none, requests);
-  const rows = ['off', 'on'].map((mode) => summarize(runs[mode], requests, base));
+  const runs = { none: [], off: [], on: [] };
+  for (let k = 0; k < REPEAT; k++) for (const mode of ['none', 'off', 'on']) runs[mode].push(await run(server, mode, requests));
+  const middle = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  /** The median of each figure over the runs of a mode; the counts that must be 0 summed over all of them. */
+  const combine = (summaries) => {
+    const out = { ...summaries[0] };
+    for (const k of Object.keys(out)) if (typeof out[k] === 'number') out[k] = middle(summaries.map((x) => x[k]));
+    for (const k of ['over', 'serverOver', 'mismatch', 'legitRejected', 'legit']) out[k] = summaries.reduce((a, x) => a + x[k], 0);
+    out.seconds = Math.max(...summaries.map((x) => x.seconds));
+    return out;
+  };
+  const base = combine(runs.none.map((r) => summarize(r, requests)));
+  const rows = ['off', 'on'].map((mode) => combine(runs[mode].map((r) => summarize(r, requests, base))));
+  console.log(`(${REPEAT} runs of each mode, alternating: medians; over-admission and legitimate rejections summed over the runs; seconds: the longest run)`);
   const f = (x, d = 2) => x.toFixed(d);
   console.log(`\nbaseline (no middleware): ${f(base.rps, 0)} req/s, p50 ${f(base.p50)} ms, p99 ${f(base.p99)} ms, app CPU ${f(base.appCpuPerRequest, 1)} us/request`);
   console.log('\ncache | req/s | Redis calls/request | calls/attack request | attack rejections without a call | XCLOAK.ALLOW usec/request | redis-server CPU us/request | app CPU us/request | p50 (added) ms | p99 (added) ms | over-admitted (server) | legit rejected | seconds');
@@ -260,7 +280,7 @@ try {
   console.log(`\non/off: req/s ${f(on.rps / off.rps)}x, Redis calls/request ${f(on.callsPerRequest / off.callsPerRequest, 3)}x, redis-server CPU/request ${f(on.redisCpuPerRequest / off.redisCpuPerRequest)}x, app CPU/request ${f(on.appCpuPerRequest / off.appCpuPerRequest)}x`);
   for (const r of rows) if (r.seconds * 1000 >= WINDOW) console.log(`warning: the ${r.mode} run took longer than the window: admissions may have left it`);
 
-  console.log(`\nA cached rejection against a server round trip, in this process (sequential allow() on a blocked key; ${CALLS} hits):`);
+  console.log(`\nA cached rejection against a server round trip, in this process (sequential allow() on a blocked key; 5 alternating rounds of ${CALLS} hits and ${Math.max(1000, Math.floor(CALLS / 10))} sent calls, medians):`);
   console.log('library    | cached: wall us, CPU us | server: wall us, CPU us | wall ratio | CPU ratio | calls sent by the hits');
   for (const r of await cachedVsServer(server)) {
     console.log(`${r.library.padEnd(10)} | ${f(r.hit[0])}, ${f(r.hit[1])} | ${f(r.trip[0], 1)}, ${f(r.trip[1], 1)} | ${f(r.hit[0] / r.trip[0], 4)} | ${f(r.hit[1] / r.trip[1], 4)} | ${r.sentByHits}`);

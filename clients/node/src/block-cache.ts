@@ -2,7 +2,9 @@
 // request with a retry-after, the same key, the same shape (window, limit,
 // tiers) and a cost at least as large cannot be admitted before the local
 // monotonic time the call was sent plus that retry-after. A later allow in
-// that time is answered here, rejected, with no call. It never admits.
+// that time is answered here, rejected, with no call. It never admits. A cost
+// above a tier's limit (or not a whole number) is always sent: the server says
+// it can never fit (or refuses it), not when to retry.
 //
 // Pure: no I/O; the monotonic clock (performance.now(), in ms) is injected.
 // One entry per full key in a Map, whose insertion order is the LRU order
@@ -52,6 +54,17 @@ function flatTiers(tiers: readonly TierSpec[] | undefined): number[] | null {
   return out;
 }
 
+/**
+ * A cost the cache may answer for: a whole number that fits every tier's
+ * limit. Anything else is sent, so that the server's answer stands: its
+ * error for a bad cost, its never-fits (-1) for a cost above a limit.
+ */
+function fits(entry: Entry, cost: number): boolean {
+  if (!Number.isInteger(cost) || cost > entry.limit) return false;
+  if (entry.tiers !== null) for (let i = 1; i < entry.tiers.length; i += 2) if (cost > entry.tiers[i]!) return false;
+  return true;
+}
+
 /** The request has exactly the entry's shape: window, limit and every tier. */
 function sameShape(entry: Entry, spec: CallSpec): boolean {
   if (entry.window !== spec.window || entry.limit !== spec.limit) return false;
@@ -96,7 +109,8 @@ export class BlockCache {
       this.entries.delete(spec.key);
       return undefined;
     }
-    if ((spec.cost ?? 1) < entry.cost || !sameShape(entry, spec)) return undefined;
+    const cost = spec.cost ?? 1;
+    if (cost < entry.cost || !sameShape(entry, spec) || !fits(entry, cost)) return undefined;
     // Touch: the most recently used is the last in the Map's order.
     this.entries.delete(spec.key);
     this.entries.set(spec.key, entry);

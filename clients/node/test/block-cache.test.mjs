@@ -180,6 +180,19 @@ for (const library of LIBRARIES) {
       assert.equal(await allows(), calls + 3, 'three other shapes, three calls');
     });
 
+    test('on a blocked key, a cost above the limit gets the server never-fits, and a cost the server refuses its error', async () => {
+      const limiter = new Limiter(clients[library]);
+      await block(limiter, 'k', 60000, 3, { tiers: [[3_600_000, 5]] });
+      const calls = await allows();
+      const never = await limiter.allow('k', 60000, 3, { tiers: [[3_600_000, 5]], cost: 4 });
+      assert.equal(never.via, 'command');
+      assert.equal(never.costExceedsLimit, true);
+      assert.equal(never.retryAfter, -1);
+      await assert.rejects(limiter.allow('k', 60000, 3, { tiers: [[3_600_000, 5]], cost: 1.5 }), (e) => e instanceof XcloakError && e.message.startsWith('ERR'));
+      assert.equal(await allows(), calls + 2, 'both sent');
+      assert.equal((await limiter.allow('k', 60000, 3, { tiers: [[3_600_000, 5]], cost: 3 })).via, 'cache', 'the entry stays');
+    });
+
     test('refund and reset through the same limiter drop the entry first: the next request is sent and admitted', async () => {
       const limiter = new Limiter(clients[library]);
       const admitted = await limiter.allow('k', 60000, 1, { stamp: true });
