@@ -4,7 +4,10 @@
 // and OFF in the same run, on one redis-server with the module, against the
 // same route without the middleware (the latency baseline).
 //
-//   node bench/attack.mjs [--identities 50] [--rounds 1000] [--legit 1000] [--connections 16] [--calls 20000] [--repeat 3]
+//   node bench/attack.mjs [--identities 50] [--rounds 1000] [--legit 1000] [--connections 16] [--calls 20000] [--repeat 3] [--json PATH]
+//
+// --json PATH (or $XCLOAK_ATTACK_JSON) also writes the figures in the shape
+// every package's attack bench writes (scripts/bench's block-cache section).
 //
 // The attack: each of --identities identities sends --rounds requests (100x
 // its limit of 10 per 60 s at the default), interleaved round-robin; beside
@@ -21,7 +24,8 @@
 // legitimate rejections of every run. Then, in this process, a cached rejection's cost against
 // a server round trip (N sequential allow() on a blocked key, cache on vs
 // off), on ioredis and node-redis.
-import { fork } from 'node:child_process';
+import { execFileSync, fork } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -42,6 +46,7 @@ const LEGIT = arg('--legit', 1000);
 const CONNECTIONS = arg('--connections', 16);
 const CALLS = arg('--calls', 20000);
 const REPEAT = arg('--repeat', 3);
+const JSON_PATH = process.argv.includes('--json') ? process.argv[process.argv.indexOf('--json') + 1] : process.env.XCLOAK_ATTACK_JSON;
 const WINDOW = 60000;
 const LIMIT = 10;
 const LEGIT_EACH = 5;
@@ -282,8 +287,39 @@ try {
 
   console.log(`\nA cached rejection against a server round trip, in this process (sequential allow() on a blocked key; 5 alternating rounds of ${CALLS} hits and ${Math.max(1000, Math.floor(CALLS / 10))} sent calls, medians):`);
   console.log('library    | cached: wall us, CPU us | server: wall us, CPU us | wall ratio | CPU ratio | calls sent by the hits');
-  for (const r of await cachedVsServer(server)) {
+  const perCallRows = await cachedVsServer(server);
+  for (const r of perCallRows) {
     console.log(`${r.library.padEnd(10)} | ${f(r.hit[0])}, ${f(r.hit[1])} | ${f(r.trip[0], 1)}, ${f(r.trip[1], 1)} | ${f(r.hit[0] / r.trip[0], 4)} | ${f(r.hit[1] / r.trip[1], 4)} | ${r.sentByHits}`);
+  }
+  if (JSON_PATH) {
+    const memory = JSON.parse(execFileSync(process.execPath, ['--expose-gc', path.join(here, 'memory.mjs'), '--entries', '10000', '--json'], { encoding: 'utf8' }));
+    const mode = (r) => ({
+      calls_per_request: r.callsPerRequest,
+      calls_per_attack_request: r.callsPerAttack,
+      cache_answered_share: r.cachedShare,
+      server_usec_per_request: r.usecPerRequest,
+      rps: r.rps,
+      p50_ms: r.p50Added,
+      p99_ms: r.p99Added,
+      overadmitted: Math.max(r.over, r.serverOver),
+      legit_rejected: r.legitRejected,
+    });
+    const ioredisRow = perCallRows.find((r) => r.library === 'ioredis');
+    const out = {
+      package: 'node',
+      middleware: 'xcloak/express rateLimit (Express 5 on node:http, ioredis)',
+      when: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+      load: os.loadavg()[0],
+      scale: { identities: IDENTITIES, attack_per_identity: ROUNDS, legit_identities: LEGIT, legit_per_identity: LEGIT_EACH, requests: requests.length, rounds: REPEAT },
+      on: mode(rows[1]),
+      off: mode(rows[0]),
+      cached_ns: ioredisRow.hit[0] * 1000,
+      roundtrip_ns: ioredisRow.trip[0] * 1000,
+      cached_vs_roundtrip: ioredisRow.hit[0] / ioredisRow.trip[0],
+      bytes_per_entry: memory.no_tiers,
+    };
+    writeFileSync(JSON_PATH, JSON.stringify(out, null, 1));
+    console.log(`\nwrote ${JSON_PATH}`);
   }
 } finally {
   await stopAll();

@@ -5,7 +5,7 @@
 // records it (the Decision's tier states are kept, the rest is copied), at a
 // fractional monotonic time, as performance.now() reads.
 //
-//   node --expose-gc bench/memory.mjs [--entries 100000]
+//   node --expose-gc bench/memory.mjs [--entries 100000] [--json]   (--json: {"no_tiers": B, "two_tiers": B})
 import { BlockCache } from '../dist/block-cache.js';
 import { decisionFromReply } from '../dist/index.js';
 
@@ -37,6 +37,10 @@ function measure(tiers) {
   return (after - before) / N;
 }
 
+if (process.argv.includes('--json')) {
+  console.log(JSON.stringify({ entries: N, no_tiers: measure([]), two_tiers: measure([[3_600_000, 100], [86_400_000, 1000]]) }));
+  process.exit(0);
+}
 console.log(`block cache memory per entry, Node ${process.versions.node}, ${N} entries, keys of 24 bytes (heapUsed after gc):`);
 console.log(`  no tiers: ${measure([]).toFixed(0)} B`);
 console.log(`  2 tiers after the positional pair (3 tier states held): ${measure([[3_600_000, 100], [86_400_000, 1000]]).toFixed(0)} B`);
