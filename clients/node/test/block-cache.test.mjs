@@ -272,6 +272,33 @@ for (const library of LIBRARIES) {
       assert.ok(sent >= 1 && sent <= 3, `${sent} calls`);
     });
 
+    test('an outage does not reach a cached key: with the server paused, its rejection is answered at once', async () => {
+      const limiter = new Limiter(clients[library], { timeout: 300, onError: 'allow' });
+      await block(limiter, 'k', 60000, 1);
+      server.pause();
+      try {
+        const started = performance.now();
+        const d = await limiter.allow('k', 60000, 1);
+        assert.equal(d.via, 'cache');
+        assert.equal(d.allowed, false, 'not the error policy (allow)');
+        assert.ok(performance.now() - started < 100, 'no wait for the timeout');
+      } finally {
+        server.resume();
+      }
+    });
+
+    test('durable mode: a rejection (no WAIT) is recorded and repeated without a call', async () => {
+      const plain = new Limiter(clients[library]);
+      assert.equal((await plain.allow('k', 60000, 1)).allowed, true);
+      const durable = new Limiter(clients[library], { durable: { replicas: 1, timeout: 10 } });
+      assert.equal((await durable.allow('k', 60000, 1)).via, 'command');
+      const calls = await allows();
+      const cached = await durable.allow('k', 60000, 1);
+      assert.equal(cached.via, 'cache');
+      assert.equal(await allows(), calls);
+      assert.equal(await server.calls('wait'), 0, 'a rejection sends no WAIT');
+    });
+
     test('many concurrent calls on one key: exactly the limit admitted (counted on the server), then all answered locally', async () => {
       const limiter = new Limiter(clients[library]);
       const wave = () => Promise.all(Array.from({ length: 200 }, () => limiter.allow('hot', 60000, 10)));
