@@ -158,11 +158,7 @@ impl BlockCache {
         Some(decision)
     }
 
-    /// What the server decided for `request`, sent at `sent_at`: a rejection
-    /// with a retry-after is held (replacing the key's entry), an admission
-    /// drops the key's entry (the window opened earlier than held: a refund
-    /// elsewhere); a rejection that can never fit, or the error policy's
-    /// answer, changes nothing.
+    /// [`BlockCache::record_since`] with no refund or reset in between.
     #[cfg(test)]
     pub(crate) fn record(&mut self, request: &Request, decision: &Decision, sent_at: Duration) {
         self.record_since(request, decision, sent_at, self.forgets);
@@ -174,11 +170,15 @@ impl BlockCache {
         self.forgets
     }
 
-    /// [`BlockCache::record`], for a call sent when [`BlockCache::forgets`]
-    /// was `forgets`. A refund or reset since then may have opened the window
+    /// What the server decided for `request`, sent at `sent_at` when
+    /// [`BlockCache::forgets`] was `forgets`: a rejection with a retry-after
+    /// is held (replacing the key's entry), an admission drops the key's
+    /// entry (the window opened earlier than held: a refund elsewhere); a
+    /// rejection that can never fit, or the error policy's answer, changes
+    /// nothing. A refund or reset since `forgets` may have opened the window
     /// after the server rejected this call: its rejection is not held (the
-    /// next one will be), so a refund in flight beside it never leaves the
-    /// key blocked in this process.
+    /// key's next one will be), so a refund in flight beside it never leaves
+    /// the key blocked in this process.
     pub(crate) fn record_since(&mut self, request: &Request, decision: &Decision, sent_at: Duration, forgets: u64) {
         if decision.via == Via::Error || decision.via == Via::Cache {
             return;
