@@ -134,6 +134,14 @@ func (c *blockCache) lookup(key string, s shape) (Decision, ticket, bool) {
 	if !s.same(e) || s.cost < e.cost {
 		return Decision{}, t, false // another shape, or a smaller cost: sent
 	}
+	if s.cost > s.limit {
+		return Decision{}, t, false // above a tier's limit: it never fits, and the server's answer says so
+	}
+	for _, tier := range s.tiers {
+		if s.cost > tier.limit {
+			return Decision{}, t, false
+		}
+	}
 	c.order.MoveToFront(el)
 	c.hits++
 	return e.decision(now), t, true
