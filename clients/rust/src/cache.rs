@@ -116,7 +116,8 @@ impl BlockCache {
     /// The rejection `request` (its key after the prefix) would get at `now`,
     /// or `None`: send it. A hit needs an entry that has not expired (an
     /// expired one is dropped), for the same window, limit and tiers, and a
-    /// cost at least the rejected one's.
+    /// cost at least the rejected one's and at most every tier's limit (a
+    /// larger cost can never fit: the server says so, not a wait).
     pub(crate) fn lookup(&mut self, request: &Request, now: Duration) -> Option<Decision> {
         let at = *self.index.get(request.key.as_str())?;
         let blocked = &self.slots[at as usize].blocked;
@@ -126,7 +127,8 @@ impl BlockCache {
         }
         let same_shape =
             blocked.window == request.window && blocked.limit == request.limit && *blocked.tiers == *request.tiers;
-        if !same_shape || request.cost < blocked.cost {
+        let fits = request.cost <= request.limit && request.tiers.iter().all(|t| request.cost <= t.limit);
+        if !same_shape || request.cost < blocked.cost || !fits {
             return None;
         }
         let elapsed = floor_ms(now.saturating_sub(blocked.sent_at));
@@ -513,6 +515,12 @@ mod tests {
         let request = minute("k").cost(3);
         cache.record(&request, &rejected(&request, 5_000, 5_000), MS(0));
         assert!(cache.lookup(&request.clone().cost(4), MS(1)).is_some());
+        // Above the limit it can never fit: the server answers that, not the cache.
+        assert!(cache.lookup(&request.clone().cost(11), MS(1)).is_none());
+        let tiered = minute("t").tier(MS(3_600_000), 5).cost(3);
+        cache.record(&tiered, &rejected(&tiered, 5_000, 5_000), MS(0));
+        assert!(cache.lookup(&tiered.clone().cost(5), MS(1)).is_some());
+        assert!(cache.lookup(&tiered.clone().cost(6), MS(1)).is_none());
         assert!(cache.lookup(&request.clone().cost(2), MS(1)).is_none());
         assert!(cache
             .lookup(&Request::new("k", MS(60_000), 11).cost(3), MS(1))

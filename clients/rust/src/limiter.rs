@@ -152,7 +152,8 @@ impl<T> Builder<T> {
     /// The block cache's size, in entries (default 10,000; 0 turns it off; at
     /// most 1,000,000, else [`Builder::build`] refuses it). After a rejection
     /// with a retry-after, the same request on the same key (same window,
-    /// limit and tiers, a cost at least as large) is rejected without a call
+    /// limit and tiers, a cost at least as large and within every limit) is
+    /// rejected without a call
     /// until that retry-after has passed: `via = Via::Cache`, `retry_after`
     /// counting down. It never admits, and never answers a `peek` or a call
     /// with `now` (or through a [`Clock`]). A `refund` or `reset` of a key
