@@ -42,7 +42,7 @@ type blockCache struct {
 	hits     uint64
 
 	// A rejection is recorded only if its key was not forgotten (refund,
-	// reset, an admission) since the request was sent: epoch counts the
+	// reset) since the request was sent: epoch counts the
 	// forgets, forgot[slot of key] is the epoch of the last one on a key of
 	// that slot. A collision only skips a record: the cache can't be late.
 	epoch  uint64
@@ -179,7 +179,14 @@ func (e *blockEntry) decision(now time.Duration) Decision {
 // Anything else (a request that can never fit) changes nothing.
 func (c *blockCache) record(key string, s shape, t ticket, d Decision) {
 	if d.Allowed {
-		c.forget(key) // the window opened earlier than cached, or no entry
+		// The window opened earlier than cached, or no entry. Not forget(): calls
+		// in flight beside an admission were decided on the same window.
+		c.mu.Lock()
+		if el, ok := c.entries[key]; ok {
+			c.order.Remove(el)
+			delete(c.entries, key)
+		}
+		c.mu.Unlock()
 		return
 	}
 	retryMs := d.msRetry()
@@ -200,7 +207,7 @@ func (c *blockCache) record(key string, s shape, t ticket, d Decision) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.forgot[c.slot(key)] > t.epoch {
-		return // refunded, reset or admitted since it was sent: the window may have opened
+		return // refunded or reset since it was sent: the window may have opened
 	}
 	if el, ok := c.entries[key]; ok {
 		el.Value = e
@@ -215,8 +222,8 @@ func (c *blockCache) record(key string, s shape, t ticket, d Decision) {
 	c.entries[key] = c.order.PushFront(e)
 }
 
-// forget drops key's entry (a refund or a reset through this Limiter, an
-// admission) and makes a rejection of key still in flight unrecorded.
+// forget drops key's entry (a refund or a reset through this Limiter) and
+// makes a rejection of key still in flight unrecorded.
 func (c *blockCache) forget(key string) {
 	slot := c.slot(key)
 	c.mu.Lock()

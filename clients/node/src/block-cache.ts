@@ -79,9 +79,21 @@ function sameShape(entry: Entry, spec: CallSpec): boolean {
   return true;
 }
 
+/** Slots of `forgotten`: a key's refund or reset marks its slot's time. */
+const SLOTS = 256;
+
+/** The key's slot (FNV-1a over its UTF-16 code units). */
+function slot(key: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
+  return (h >>> 0) & (SLOTS - 1);
+}
+
 export class BlockCache {
   private readonly entries = new Map<string, Entry>();
   private hits = 0;
+  /** When a key of each slot was last refunded or reset here (a rejection sent before is not held). */
+  private readonly forgotten = new Float64Array(SLOTS).fill(-Infinity);
 
   /**
    * `capacity` entries at most (0: nothing is ever held); `monotonic` is the
@@ -149,10 +161,14 @@ export class BlockCache {
   record(spec: CallSpec, sentAt: number, decision: Decision): void {
     if (decision.via !== 'command' && decision.via !== 'script') return;
     if (decision.allowed) {
+      // Not forget(): calls in flight beside an admission were decided on the same window.
       this.entries.delete(spec.key);
       return;
     }
     if (!(decision.retryAfter > 0) || this.capacity === 0) return;
+    // A refund or reset of the key (or of one sharing its slot) through this limiter came while
+    // this call was in flight: the rejection may predate the window's opening.
+    if (this.forgotten[slot(spec.key)]! > sentAt) return;
     const entry: Entry = {
       window: spec.window,
       limit: spec.limit,
@@ -174,9 +190,13 @@ export class BlockCache {
     this.entries.set(spec.key, entry);
   }
 
-  /** Drops `key`'s entry (a refund or a reset of it through the same limiter, sent after this). */
+  /**
+   * Drops `key`'s entry (a refund or a reset of it through the same limiter, sent after this),
+   * and keeps a rejection already in flight for it from being held.
+   */
   forget(key: string): void {
     this.entries.delete(key);
+    this.forgotten[slot(key)] = this.monotonic();
   }
 
   /** Entries held now (expired ones not yet met included). */

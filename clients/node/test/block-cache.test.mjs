@@ -87,6 +87,24 @@ describe('block_cache.json: every case through the pure cache', () => {
 
 // ---- Live
 
+test('a rejection in flight across a refund or reset of its key is not held', () => {
+  let clock = 100;
+  const cache = new BlockCache(10, () => clock);
+  const spec = { key: 'k', window: 60000, limit: 10 };
+  const rejected = decisionFromReply([0, 10, 0, 1000, 60000], spec, 'command');
+  const sentAt = clock; // the allow is sent ...
+  clock = 101;
+  cache.forget('k'); // ... a refund of the key goes through the same limiter while it is in flight ...
+  cache.record(spec, sentAt, rejected); // ... and its rejection may predate the refund
+  assert.equal(cache.size, 0);
+  const other = { ...spec, key: 'other' };
+  cache.record(other, sentAt, decisionFromReply([0, 10, 0, 1000, 60000], other, 'command'));
+  assert.ok(cache.lookup(other), "another key's rejection in flight is held");
+  clock = 102;
+  cache.record(spec, clock, rejected); // sent after the refund: held
+  assert.ok(cache.lookup(spec));
+});
+
 let server;
 const clients = {};
 before(async () => {

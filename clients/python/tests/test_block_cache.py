@@ -178,6 +178,23 @@ def test_least_recently_used_is_evicted_and_forget_drops():
     assert cache.lookup("a", SIG, 1) is None and len(cache) == 1
 
 
+def test_a_rejection_in_flight_across_a_refund_of_its_key_is_not_recorded():
+    clock = Clock(100.0)
+    cache = BlockCache(10, monotonic=clock)
+    rejected = from_reply(server_reply(0, 10, 0, 1000, 60_000), 60_000, False)
+    sent_at = clock.now  # the allow is sent ...
+    clock.now = 101.0
+    cache.forget("k")  # ... a refund of the key goes through the same limiter while it is in flight ...
+    cache.record("k", SIG, 1, sent_at, rejected)  # ... and its rejection may predate the refund
+    assert len(cache) == 0
+    other = next(k for k in ("a", "b", "c") if hash(k) & 255 != hash("k") & 255)
+    cache.record(other, SIG, 1, sent_at, rejected)  # another key's rejection in flight is kept
+    assert cache.lookup(other, SIG, 1) is not None
+    clock.now = 102.0
+    cache.record("k", SIG, 1, clock.now, rejected)  # sent after the refund: kept
+    assert cache.lookup("k", SIG, 1) is not None
+
+
 @pytest.mark.parametrize("value,error", [(True, TypeError), (10.0, TypeError), ("10", TypeError),
                                          (-1, ValueError), (1_000_001, ValueError)])
 def test_block_cache_is_refused_when_built(value, error):

@@ -36,6 +36,9 @@ from .decision import CACHE, COMMAND, SCRIPT, Decision, TierState
 
 #: ``block_cache``'s default and its range.
 DEFAULT_ENTRIES = 10_000
+# A refund or reset of a key marks the time in one of these slots
+# (by the key's hash), so that a rejection in flight meanwhile is not recorded.
+_SLOTS_MASK = 255
 MAX_ENTRIES = 1_000_000
 
 #: A request's shape: (window ms, limit, ((tier window ms, tier limit), ...)).
@@ -95,6 +98,7 @@ class BlockCache:
         self.monotonic = monotonic
         self.hits = 0
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._forgotten = [float("-inf")] * (_SLOTS_MASK + 1)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -141,13 +145,19 @@ class BlockCache:
         if decision.via != COMMAND and decision.via != SCRIPT:
             return
         if decision.allowed:
+            # Not forget(): calls in flight beside an admission were decided on the same window.
             if key in self._entries:
-                self.forget(key)
+                with self._lock:
+                    self._entries.pop(key, None)
             return
         if decision.retry_after_ms <= 0:
             return
         entry = _Entry(sig, cost, sent_at, decision)
         with self._lock:
+            if self._forgotten[hash(key) & _SLOTS_MASK] > sent_at:
+                # A refund or reset of the key (or of one sharing its slot) through this limiter came
+                # while this call was in flight: the rejection may predate the window's opening.
+                return
             entries = self._entries
             entries[key] = entry
             entries.move_to_end(key)
@@ -155,9 +165,11 @@ class BlockCache:
                 entries.popitem(last=False)
 
     def forget(self, key: str) -> None:
-        """Drops the key's entry (a refund or reset through this limiter, before it is sent)."""
+        """Drops the key's entry (a refund or reset through this limiter, before it is sent),
+        and keeps a rejection already in flight for it from being recorded."""
         with self._lock:
             self._entries.pop(key, None)
+            self._forgotten[hash(key) & _SLOTS_MASK] = self.monotonic()
 
     def clear(self) -> None:
         with self._lock:
