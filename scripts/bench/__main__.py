@@ -13,8 +13,10 @@ running nothing (after a change to report.py or targets.toml).
 
 Sections: commands (main, larger, attack), tiers, entries, keyspace, million,
 memory (per tracked request and per identity), used, attack, refund,
-fallback, fallback-instructions. `fallback` and `fallback-instructions` run
-on a server without the module and need no build."""
+fallback, fallback-instructions, block-cache. `fallback` and
+`fallback-instructions` run on a server without the module and need no build;
+`block-cache` runs every client package's attack bench (each starts its own
+server with the module)."""
 
 import json
 import os
@@ -24,7 +26,7 @@ import sys
 import time
 
 from . import deps, report, results, targets
-from .sections import commands, entries, fallback, memory, refund
+from .sections import block_cache, commands, entries, fallback, memory, refund
 from .server import NICE, Server
 from .workloads import ATTACK, CLIENTS, LARGER, MAIN, PIPELINE, QUICK, WINDOW_MS
 
@@ -40,8 +42,9 @@ ALL = (
     "refund",
     "fallback",
     "fallback-instructions",
+    "block-cache",
 )
-NEED_MODULE = set(ALL) - {"fallback", "fallback-instructions"}
+NEED_MODULE = set(ALL) - {"fallback", "fallback-instructions", "block-cache"}
 CHART = os.path.join(deps.ROOT, "docs/performance-memory.png")
 CHART_DATA = os.path.join(deps.ROOT, "target/bench/memory-per-identity.json")
 PARTIAL = os.path.join(deps.ROOT, "target/bench/partial.json")
@@ -198,6 +201,7 @@ def render():
     report.print_targets(checked, flat)
     report.write(report.PAGE, report.page(data, checked, flat))
     report.write_readme(flat, data["meta"])
+    report.write_package_readmes(data)
     print("wrote docs/performance.md and README.md's table from docs/performance.json")
 
 
@@ -237,6 +241,11 @@ def main(argv):
         if counted:
             data["fallback_instructions"] = counted
         meta.setdefault("section_seconds", {})["fallback-instructions"] = round(time.time() - t0)
+    if "block-cache" in chosen:
+        print("== block-cache: every package's attack bench, the cache on and off", flush=True)
+        t0 = time.time()
+        data["block_cache"] = block_cache.run()
+        meta.setdefault("section_seconds", {})["block-cache"] = round(time.time() - t0)
     meta["seconds"] = time.time() - started
     meta["load_end"] = ", ".join("%.1f" % x for x in os.getloadavg())
     if update:
@@ -246,7 +255,7 @@ def main(argv):
                 commit=meta["commit"],
                 date=meta["date"],
                 seconds=round(meta["seconds"]),
-                server=meta["server"],
+                server=meta.get("server", ""),
                 load_start=meta["load_start"],
                 load_end=meta["load_end"],
             )
@@ -265,8 +274,10 @@ def main(argv):
         results.save(data)
         report.write(report.PAGE, report.page(data, checked, flat))
         report.write_readme(flat, data["meta"])
+        report.write_package_readmes(data)
         print(
-            "wrote docs/performance.md, docs/performance.json and README.md's table%s (%.0f s)"
+            "wrote docs/performance.md, docs/performance.json, README.md's table and the packages' block-cache "
+            "tables%s (%.0f s)"
             % (" and docs/performance-memory.png" if full else "", meta["seconds"])
         )
     else:

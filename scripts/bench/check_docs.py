@@ -12,7 +12,7 @@ key is not in the data, when it differs from the data's value written with as
 many decimals as the quote has, or when another quote of the same key reads
 differently (at the coarser quote's precision: 7.4 and 7.36 agree).
 Usage: python3 -m scripts.bench.check_docs [FILE.md ...]
-(default: README.md and docs/*.md); exit status 1 on any failure. Imports
+(default: README.md, docs/*.md and clients/*/README.md); exit status 1 on any failure. Imports
 results only."""
 
 import glob
@@ -30,7 +30,11 @@ ANY_MARKER = re.compile(r"<!-- bench:(?P<key>[\w.\-]+) -->")
 
 
 def default_files():
-    return [os.path.join(results.ROOT, "README.md")] + sorted(glob.glob(os.path.join(results.ROOT, "docs", "*.md")))
+    return (
+        [os.path.join(results.ROOT, "README.md")]
+        + sorted(glob.glob(os.path.join(results.ROOT, "docs", "*.md")))
+        + sorted(glob.glob(os.path.join(results.ROOT, "clients", "*", "README.md")))
+    )
 
 
 def quotes(path):

@@ -47,6 +47,8 @@ def run():
                 raise SystemExit("bench: %s's attack bench wrote no figures (exit %d)" % (package, done.returncode))
             with open(path) as f:
                 figures = json.load(f)
+            for mode in ("on", "off"):
+                figures[mode]["cache_answered_percent"] = 100 * figures[mode]["cache_answered_share"]
             figures["seconds"] = round(time.time() - started)
             figures["exit"] = done.returncode
             out[package] = figures
