@@ -249,6 +249,19 @@ final class RedisServer implements AutoCloseable {
         }
     }
 
+    /** SIGKILL without a SIGCONT first: a paused server dies without reading what was sent to it. */
+    void killPaused() {
+        if (process != null) {
+            process.destroyForcibly();
+            try {
+                process.waitFor(10, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            process = null;
+        }
+    }
+
     /** Starts the server again on its port and options. */
     void restart() {
         kill();
