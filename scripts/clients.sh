@@ -23,6 +23,16 @@ export XCLOAK_REPO=$PWD
 export XCLOAK_MODULE=${XCLOAK_MODULE:-$PWD/target/release/libxcloak.so}
 read -r -a want <<< "${CLIENTS:-python go node rust java}"
 summary="" failed=0
+if [ "$action" = test ]; then
+    # The block cache's vectors hold server replies: check that the server still gives them.
+    echo "== clients test: block_cache.json against the server"
+    if python3 clients/conformance/block_cache.py --check --module "$XCLOAK_MODULE"; then
+        summary+=$(printf '%-8s %-8s' vectors passed)$'\n'
+    else
+        failed=1
+        summary+=$(printf '%-8s %-8s' vectors FAILED)$'\n'
+    fi
+fi
 for lang in "${want[@]}"; do
     script=clients/$lang/$action.sh
     if [ ! -f "$script" ]; then
