@@ -96,7 +96,7 @@ class ClusterTest {
 
     @Test
     void lettuce() {
-        RedisClusterClient client = RedisClusterClient.create(RedisURI.create("127.0.0.1", cluster.primaries.get(1).port));
+        RedisClusterClient client = Shared.lettuceCluster(RedisURI.create("127.0.0.1", cluster.primaries.get(1).port));
         try (StatefulRedisClusterConnection<String, String> connection = client.connect()) {
             check(Limiter.builder(LettuceTransport.of(connection)).build(), false);
             reset();
