@@ -123,4 +123,81 @@ class ClusterTest {
             check(Limiter.builder(JedisTransport.of(client, true)).build(), true);
         }
     }
+
+    /** Every primary gives {@code slot} to {@code node} (an empty slot: no keys to migrate). */
+    private static void moveSlot(long slot, RedisServer node) {
+        String id = (String) node.cmd("CLUSTER", "MYID");
+        node.cmd("CLUSTER", "SETSLOT", slot, "NODE", id);
+        for (RedisServer p : cluster.primaries) {
+            p.cmd("CLUSTER", "SETSLOT", slot, "NODE", id);
+        }
+    }
+
+    /**
+     * A slot that moved after the clients read the slot map: the old owner answers MOVED (nothing
+     * applied), the call is followed to the new owner once and counted once there, and the client
+     * reads the map again (Jedis at once, Lettuce's own cluster client soon after).
+     */
+    @Test
+    void a_moved_slot_is_followed_once() {
+        String tag = null;
+        RedisServer from = null;
+        for (int i = 0; from == null; i++) {
+            RedisServer owner = cluster.owner("{moved" + i + "}");
+            if (owner != cluster.primaries.get(0)) {
+                tag = "{moved" + i + "}";
+                from = owner;
+            }
+        }
+        RedisServer to = from == cluster.primaries.get(1) ? cluster.primaries.get(2) : cluster.primaries.get(1);
+        long slot = (Long) from.cmd("CLUSTER", "KEYSLOT", tag);
+        RedisClusterClient lettuceClient = Shared.lettuceCluster(RedisURI.create("127.0.0.1", cluster.primaries.get(1).port));
+        try (redis.clients.jedis.RedisClusterClient jedisClient = redis.clients.jedis.RedisClusterClient.create(
+                Set.of(new HostAndPort("127.0.0.1", cluster.primaries.get(1).port)))) {
+            Limiter lettuce = Limiter.builder(LettuceTransport.of(lettuceClient)).build();
+            Limiter jedis = Limiter.builder(JedisTransport.of(jedisClient)).build();
+            Request viaLettuce = Request.of(tag + "lettuce", Duration.ofMinutes(1), 5);
+            Request viaJedis = Request.of(tag + "jedis", Duration.ofMinutes(1), 5);
+            assertEquals(4, lettuce.allow(viaLettuce).remaining());
+            assertEquals(4, jedis.allow(viaJedis).remaining());
+            for (RedisServer p : cluster.primaries) {
+                p.cmd("FLUSHALL");
+            }
+            moveSlot(slot, to);
+            RedisServer target = to;
+            assertTrue(RedisServer.eventually(Duration.ofSeconds(10), () -> cluster.owner(tag0(slot)) == target));
+            cluster.resetStats();
+            assertEquals(4, lettuce.allow(viaLettuce).remaining(), "followed to the new owner");
+            assertEquals(1, from.stat("errorstats", "errorstat_MOVED", "count"));
+            assertEquals(4, jedis.allow(viaJedis).remaining(), "followed to the new owner");
+            assertEquals(2, from.stat("errorstats", "errorstat_MOVED", "count"));
+            assertEquals(2, to.calls("xcloak.allow"), "each call run once, on the new owner");
+            assertEquals(0, from.calls("xcloak.allow"));
+            assertEquals(3, jedis.allow(viaJedis).remaining());
+            assertEquals(2, from.stat("errorstats", "errorstat_MOVED", "count"), "Jedis read the slot map again");
+            RedisServer old = from;
+            assertTrue(RedisServer.eventually(Duration.ofSeconds(10), () -> {
+                long moved = old.stat("errorstats", "errorstat_MOVED", "count");
+                lettuce.allow(viaLettuce);
+                return old.stat("errorstats", "errorstat_MOVED", "count") == moved;
+            }), "Lettuce's cluster client read the slot map again");
+            lettuce.close();
+        } finally {
+            for (RedisServer p : cluster.primaries) {
+                p.cmd("FLUSHALL");
+            }
+            moveSlot(slot, from);
+            lettuceClient.shutdown();
+        }
+    }
+
+    /** A key of {@code slot}'s own: CLUSTER KEYSLOT of the tag is the slot, so the tag itself. */
+    private static String tag0(long slot) {
+        for (int i = 0; ; i++) {
+            String key = "{moved" + i + "}";
+            if ((Long) cluster.primaries.get(0).cmd("CLUSTER", "KEYSLOT", key) == slot) {
+                return key;
+            }
+        }
+    }
 }

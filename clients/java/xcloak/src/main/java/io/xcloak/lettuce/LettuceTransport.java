@@ -36,6 +36,7 @@ public final class LettuceTransport implements Transport {
     private final StatefulRedisConnection<?, ?> replica;
     private final StatefulRedisClusterConnection<?, ?> cluster;
     private final boolean replicaReads;
+    private final RedisClusterClient clusterClient;
     private volatile AutoCloseable owned;
 
     private LettuceTransport(StatefulRedisConnection<?, ?> primary, StatefulRedisConnection<?, ?> replica,
@@ -47,6 +48,14 @@ public final class LettuceTransport implements Transport {
             java.util.function.Supplier<StatefulRedisConnection<byte[], byte[]>> connector,
             StatefulRedisConnection<?, ?> replica, StatefulRedisClusterConnection<?, ?> cluster, boolean replicaReads,
             AutoCloseable owned) {
+        this(primary, connector, replica, cluster, replicaReads, owned, null);
+    }
+
+    private LettuceTransport(StatefulRedisConnection<?, ?> primary,
+            java.util.function.Supplier<StatefulRedisConnection<byte[], byte[]>> connector,
+            StatefulRedisConnection<?, ?> replica, StatefulRedisClusterConnection<?, ?> cluster, boolean replicaReads,
+            AutoCloseable owned, RedisClusterClient clusterClient) {
+        this.clusterClient = clusterClient;
         this.primary = primary;
         this.connector = connector;
         this.replica = replica;
@@ -101,7 +110,11 @@ public final class LettuceTransport implements Transport {
         }
     }
 
-    /** Over an open cluster connection; not closed by {@link #close()}. */
+    /**
+     * Over an open cluster connection; not closed by {@link #close()}. A MOVED (a slot moved since
+     * the connection read the slot map) is followed once; give the client a topology refresh
+     * ({@code ClusterTopologyRefreshOptions}, periodic or adaptive) so its map catches up.
+     */
     public static LettuceTransport of(StatefulRedisClusterConnection<?, ?> connection) {
         return of(connection, false);
     }
@@ -114,10 +127,20 @@ public final class LettuceTransport implements Transport {
         return new LettuceTransport(null, null, requireNonNull(connection, "connection"), replicaReads, null);
     }
 
-    /** Opens its own cluster connection from {@code client}; {@link #close()} closes it. */
+    /**
+     * Opens its own cluster connection from {@code client}; {@link #close()} closes it. A MOVED (a
+     * slot moved since the client read the slot map) is followed, and has the client read the map
+     * again.
+     */
     public static LettuceTransport of(RedisClusterClient client) {
+        return of(client, false);
+    }
+
+    /** As {@link #of(RedisClusterClient)}; with {@code replicaReads}, peeks go to a replica of the key's primary. */
+    public static LettuceTransport of(RedisClusterClient client, boolean replicaReads) {
+        requireNonNull(client, "client");
         StatefulRedisClusterConnection<byte[], byte[]> connection = client.connect(ByteArrayCodec.INSTANCE);
-        return new LettuceTransport(null, null, connection, false, connection);
+        return new LettuceTransport(null, null, null, connection, replicaReads, connection, client);
     }
 
     private static <T> T requireNonNull(T value, String name) {
@@ -232,6 +255,9 @@ public final class LettuceTransport implements Transport {
             return CompletableFuture.failedFuture(e);
         }
         boolean ask = error.code().equals("ASK");
+        if (!ask && clusterClient != null) {
+            clusterClient.refreshPartitionsAsync(); // the next calls go to the new owner
+        }
         return exchange(target, call, host + ":" + port, ask ? "ASKING" : null, false);
     }
 
