@@ -4,7 +4,8 @@
 #                                   against real servers it starts (make test-clients)
 #   scripts/clients.sh lint         clients/<lang>/lint.sh: the ecosystem's linters and type
 #                                   checkers (ruff+mypy, go vet+staticcheck, tsc+eslint,
-#                                   clippy), failing on any finding (make lint)
+#                                   clippy, javac -Xlint:all -Werror), failing on
+#                                   any finding (make lint)
 #   scripts/clients.sh dist DIR     clients/<lang>/dist.sh DIR: its artifact into DIR (make dist)
 #   scripts/clients.sh dist-check DIR
 #                                   clients/<lang>/dist-check.sh DIR: installs the artifact
@@ -20,7 +21,7 @@ action=${1:?usage: scripts/clients.sh test|lint|dist DIR|dist-check DIR}
 shift
 export XCLOAK_REPO=$PWD
 export XCLOAK_MODULE=${XCLOAK_MODULE:-$PWD/target/release/libxcloak.so}
-read -r -a want <<< "${CLIENTS:-python go node rust}"
+read -r -a want <<< "${CLIENTS:-python go node rust java}"
 summary="" failed=0
 if [ "$action" = test ]; then
     # The block cache's vectors hold server replies: check that the server still gives them.
