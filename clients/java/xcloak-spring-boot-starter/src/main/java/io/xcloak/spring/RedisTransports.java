@@ -27,7 +27,7 @@ import redis.clients.jedis.UnifiedJedis;
  * <ul>
  *   <li>Lettuce (Spring Boot's default): the factory's own {@code RedisClient} or
  *       {@code RedisClusterClient} (standalone, Sentinel, Cluster), on a connection of the
- *       limiter's own;</li>
+ *       limiter's own, opened at the first call;</li>
  *   <li>Jedis: a Jedis 8 {@code RedisClient} (standalone) or {@code RedisClusterClient} built from
  *       the factory's host, port, credentials, database, SSL and client name, closed with the
  *       limiter. Jedis with Sentinel is not built here: declare a {@code Limiter} bean.</li>
@@ -67,9 +67,10 @@ final class RedisTransports {
         static Built from(RedisConnectionFactory factory) {
             AbstractRedisClient client = ((LettuceConnectionFactory) factory).getRequiredNativeClient();
             if (client instanceof RedisClusterClient cluster) {
-                return new Built(LettuceTransport.of(cluster), null, false);
+                return new Built(new LazyTransport(() -> LettuceTransport.of(cluster), false), null, false);
             }
-            return new Built(LettuceTransport.of((RedisClient) client), null, false);
+            RedisClient standalone = (RedisClient) client;
+            return new Built(new LazyTransport(() -> LettuceTransport.of(standalone), false), null, false);
         }
     }
 
@@ -120,7 +121,8 @@ final class RedisTransports {
                         .clientConfig(config.build())
                         .build();
             }
-            return new Built(JedisTransport.of(client), client, true);
+            UnifiedJedis opened = client;
+            return new Built(new LazyTransport(() -> JedisTransport.of(opened), true), client, true);
         }
     }
 }
