@@ -275,36 +275,45 @@ public class XcloakProperties implements Validator {
                 errors.rejectValue(path + ".methods", "xcloak.methods", "each must be an HTTP method name (got '" + method + "')");
             }
         }
-        long smallest = validateLimit(errors, path, route.window, route.limit);
-        if (route.tiers.size() > MAX_TIERS) {
-            errors.rejectValue(path + ".tiers", "xcloak.range", "must hold at most " + MAX_TIERS + " tiers (16 windows in all), got " + route.tiers.size());
+        validateLimit(errors, path, route.window, route.limit, route.cost, route.tiers);
+    }
+
+    /**
+     * Checks a limit (tier 0, its tiers and its cost) against the server's ranges; {@code path} is
+     * the field path of the limit under the target ("" at the top). The gateway's per-route
+     * configuration is checked by it too.
+     */
+    public static void validateLimit(Errors errors, String path, Duration window, Long limit, long cost, List<Tier> tiers) {
+        String at = path.isEmpty() ? "" : path + ".";
+        long smallest = validateTier(errors, at, window, limit);
+        if (tiers.size() > MAX_TIERS) {
+            errors.rejectValue(at + "tiers", "xcloak.range", "must hold at most " + MAX_TIERS + " tiers (16 windows in all), got " + tiers.size());
         }
-        for (int i = 0; i < route.tiers.size(); i++) {
-            Tier tier = route.tiers.get(i);
-            long limit = validateLimit(errors, path + ".tiers[" + i + "]", tier.window, tier.limit);
-            smallest = Math.min(smallest, limit);
+        for (int i = 0; i < tiers.size(); i++) {
+            Tier tier = tiers.get(i);
+            smallest = Math.min(smallest, validateTier(errors, at + "tiers[" + i + "].", tier.window, tier.limit));
         }
-        if (route.cost < 1 || route.cost > smallest) {
-            errors.rejectValue(path + ".cost", "xcloak.range", "must be an integer from 1 to the limit ("
+        if (cost < 1 || cost > smallest) {
+            errors.rejectValue(at + "cost", "xcloak.range", "must be an integer from 1 to the limit ("
                     + (smallest == Long.MAX_VALUE ? MAX_LIMIT : smallest) + ")");
         }
     }
 
     /** Returns the limit when it is valid, else Long.MAX_VALUE (the cost check then uses MAX_LIMIT). */
-    private static long validateLimit(Errors errors, String path, Duration window, Long limit) {
+    private static long validateTier(Errors errors, String at, Duration window, Long limit) {
         if (window == null) {
-            errors.rejectValue(path + ".window", "xcloak.required", "is required: a duration from 1ms to " + MAX_WINDOW_MS + "ms");
+            errors.rejectValue(at + "window", "xcloak.required", "is required: a duration from 1ms to " + MAX_WINDOW_MS + "ms");
         } else if (window.isNegative() || window.isZero() || window.getNano() % 1_000_000 != 0
                 || window.compareTo(Duration.ofMillis(MAX_WINDOW_MS)) > 0) {
-            errors.rejectValue(path + ".window", "xcloak.range",
+            errors.rejectValue(at + "window", "xcloak.range",
                     "must be a whole number of milliseconds from 1ms to " + MAX_WINDOW_MS + "ms (got " + window + ")");
         }
         if (limit == null) {
-            errors.rejectValue(path + ".limit", "xcloak.required", "is required: an integer from 1 to " + MAX_LIMIT);
+            errors.rejectValue(at + "limit", "xcloak.required", "is required: an integer from 1 to " + MAX_LIMIT);
             return Long.MAX_VALUE;
         }
         if (limit < 1 || limit > MAX_LIMIT) {
-            errors.rejectValue(path + ".limit", "xcloak.range", "must be an integer from 1 to " + MAX_LIMIT + " (got " + limit + ")");
+            errors.rejectValue(at + "limit", "xcloak.range", "must be an integer from 1 to " + MAX_LIMIT + " (got " + limit + ")");
             return Long.MAX_VALUE;
         }
         return limit;
