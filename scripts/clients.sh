@@ -4,7 +4,8 @@
 #                                   against real servers it starts (make test-clients)
 #   scripts/clients.sh lint         clients/<lang>/lint.sh: the ecosystem's linters and type
 #                                   checkers (ruff+mypy, go vet+staticcheck, tsc+eslint,
-#                                   clippy), failing on any finding (make lint)
+#                                   clippy, javac -Xlint:all -Werror), failing on
+#                                   any finding (make lint)
 #   scripts/clients.sh dist DIR     clients/<lang>/dist.sh DIR: its artifact into DIR (make dist)
 #   scripts/clients.sh dist-check DIR
 #                                   clients/<lang>/dist-check.sh DIR: installs the artifact
@@ -20,8 +21,18 @@ action=${1:?usage: scripts/clients.sh test|lint|dist DIR|dist-check DIR}
 shift
 export XCLOAK_REPO=$PWD
 export XCLOAK_MODULE=${XCLOAK_MODULE:-$PWD/target/release/libxcloak.so}
-read -r -a want <<< "${CLIENTS:-python go node rust}"
+read -r -a want <<< "${CLIENTS:-python go node rust java}"
 summary="" failed=0
+if [ "$action" = test ]; then
+    # The block cache's vectors hold server replies: check that the server still gives them.
+    echo "== clients test: block_cache.json against the server"
+    if python3 clients/conformance/block_cache.py --check --module "$XCLOAK_MODULE"; then
+        summary+=$(printf '%-8s %-8s' vectors passed)$'\n'
+    else
+        failed=1
+        summary+=$(printf '%-8s %-8s' vectors FAILED)$'\n'
+    fi
+fi
 for lang in "${want[@]}"; do
     script=clients/$lang/$action.sh
     if [ ! -f "$script" ]; then

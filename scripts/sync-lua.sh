@@ -13,6 +13,7 @@ destinations=(
     clients/go/lua
     clients/node/lua
     clients/rust/lua
+    clients/java/xcloak/src/main/resources/io/xcloak/lua
 )
 check=false
 [ "${1:-}" = "--check" ] && check=true

@@ -61,7 +61,8 @@ def test_wait_after_admissions_and_refunds_only(pair):
     assert [d.stamp is not None for d in decisions] == [False, True, False, False], "the stamp only where asked"
     allow = ["XCLOAK.ALLOW", "d", "60000", "2", "DETAILS", "STAMP"]
     wait = ["WAIT", "1", "2000"]
-    assert sent == [allow, wait, allow, wait, allow, allow]
+    # The fourth is the block cache's answer to the third's rejection: nothing sent.
+    assert sent == [allow, wait, allow, wait, allow] and decisions[3].via == xcloak.CACHE
     assert primary.calls("wait") == 2, "a rejection wrote nothing: no WAIT"
     assert replica.client().zcard("d") == 2
     del sent[:]

@@ -51,7 +51,8 @@ middleware, middleware.limit, middleware.key, middleware.trust_proxies, middlewa
 middleware.skip_failed, middleware.request_result"""
 CONCEPT_KEYS = [c.strip() for c in CONCEPTS.replace("\n", " ").split(",")]
 CLASSES = {"Limiter": xcloak.Limiter, "AsyncLimiter": xcloak.AsyncLimiter, "Decision": xcloak.Decision,
-           "MultiDecision": xcloak.MultiDecision, "TierState": xcloak.TierState, "Durable": xcloak.Durable}
+           "MultiDecision": xcloak.MultiDecision, "TierState": xcloak.TierState, "Durable": xcloak.Durable,
+           "Stats": xcloak.Stats}
 VALUES = {"ErrorPolicy": _engine.POLICIES, "Fallback": _engine.FALLBACKS, "Style": STYLES}
 
 
@@ -158,7 +159,7 @@ def test_every_exported_name_is_in_the_file(module):
 
 def test_every_public_member_of_the_core_is_in_the_file():
     missing = []
-    for cls_name in ("Limiter", "Decision", "MultiDecision", "TierState", "Durable"):
+    for cls_name in ("Limiter", "Decision", "MultiDecision", "TierState", "Durable", "Stats"):
         for member in sorted(public_members(CLASSES[cls_name])):
             if not covered(cls_name, member):
                 missing.append(f"{cls_name}.{member}")

@@ -15,10 +15,11 @@ Every duration is a :class:`datetime.timedelta` or an ``int`` of milliseconds.
         print("retry in", d.retry_after)
 """
 
+from ._cache import Stats
 from ._engine import Clock, Durable
 from .aio.limiter import AsyncLimiter, AsyncPipeline
 from .commands import AllowAllRequest
-from .decision import COMMAND, ERROR, SCRIPT, Decision, MultiDecision, TierState
+from .decision import CACHE, COMMAND, ERROR, SCRIPT, Decision, MultiDecision, TierState
 from .errors import NotReplicatedError, UnavailableError, XcloakError
 from .headers import default_name, headers
 from .limiter import Limiter, Pipeline
@@ -26,7 +27,7 @@ from .limiter import Limiter, Pipeline
 __version__ = "0.1.0"
 
 __all__ = [
-    "AllowAllRequest", "AsyncLimiter", "AsyncPipeline", "COMMAND", "Clock", "Decision", "Durable", "ERROR",
-    "Limiter", "MultiDecision", "NotReplicatedError", "Pipeline", "SCRIPT", "TierState", "UnavailableError",
-    "XcloakError", "default_name", "headers",
+    "AllowAllRequest", "AsyncLimiter", "AsyncPipeline", "CACHE", "COMMAND", "Clock", "Decision", "Durable",
+    "ERROR", "Limiter", "MultiDecision", "NotReplicatedError", "Pipeline", "SCRIPT", "Stats", "TierState",
+    "UnavailableError", "XcloakError", "default_name", "headers",
 ]

@@ -31,6 +31,7 @@ import random as _random
 import time
 from typing import Any, Callable, Dict, Generator, Optional, Tuple
 
+from ._cache import DEFAULT_ENTRIES, Stats
 from ._engine import Clock, Durable, Engine, Locate, Send, failure_of
 from .commands import Duration
 
@@ -149,9 +150,17 @@ class Base:
     def __init__(self, client: Any, *, prefix: str = "", fallback: str = "auto", on_error: str = "raise",
                  timeout: Duration = 1000, probe_interval: Duration = 60_000, replica_reads: bool = False,
                  replica: Any = None, durable: Optional[Durable] = None, clock: Optional[Clock] = None,
-                 jitter_fraction: float = 0.1, random: Callable[[], float] = _random.random) -> None:
+                 jitter_fraction: float = 0.1, random: Callable[[], float] = _random.random,
+                 block_cache: int = DEFAULT_ENTRIES) -> None:
         self.client = client
         self.engine = Engine(prefix=prefix, fallback=fallback, on_error=on_error, timeout=timeout,
                              probe_interval=probe_interval, replica_reads=replica_reads or replica is not None,
-                             durable=durable, clock=clock, jitter_fraction=jitter_fraction, random=random)
+                             durable=durable, clock=clock, jitter_fraction=jitter_fraction, random=random,
+                             block_cache=block_cache)
         self._transport = self._transport_class(client, replica, self.engine.timeout_s)
+
+    @property
+    def stats(self) -> Stats:
+        """The block cache's counters: ``cache_hits`` (calls it answered, each
+        a round trip saved) and ``cache_entries`` (held now)."""
+        return self.engine.stats()

@@ -24,10 +24,11 @@ import hashlib
 import time
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from redis import exceptions as rex
 
+from . import _cache
 from . import acquire as plan
 from . import commands as cmd
 from .commands import Duration, Tiers
@@ -130,7 +131,7 @@ class Direct:
     the reply; ``None`` there means "unknown command" (nothing was applied), and
     the call goes the whole way (:meth:`Engine.allow`), which takes the script."""
 
-    __slots__ = ("engine", "node", "commands", "window_ms", "limit", "tiered", "stamp", "oldest")
+    __slots__ = ("engine", "node", "commands", "window_ms", "limit", "tiered", "stamp", "oldest", "remember")
 
     def __init__(self, engine: Engine, node: Any, commands: Tuple[Tuple[Any, ...], ...], window_ms: int,
                  limit: int, tiered: bool, stamp: bool, oldest: bool) -> None:
@@ -142,13 +143,18 @@ class Direct:
         self.tiered = tiered
         self.stamp = stamp
         self.oldest = oldest
+        #: An allow the block cache records: (key, sig, cost, sent_at).
+        self.remember: Optional[Tuple[str, _cache.Sig, int, float]] = None
 
     def deadline(self) -> float:
         return time.monotonic() + self.engine.timeout_s
 
     def decision(self, reply: Any) -> Optional[Decision]:
         if not isinstance(reply, rex.ResponseError):
-            return from_reply(reply, self.window_ms, self.tiered, stamp=self.stamp, oldest=self.oldest)
+            decision = from_reply(reply, self.window_ms, self.tiered, stamp=self.stamp, oldest=self.oldest)
+            if self.remember is not None and self.engine.cache is not None:
+                self.engine.cache.record(*self.remember, decision)
+            return decision
         if is_unknown_command(reply):
             if self.engine.fallback == "never":
                 raise XcloakError(server_text(reply))
@@ -262,7 +268,7 @@ class Engine:
 
     def __init__(self, *, prefix: str, fallback: str, on_error: str, timeout: Duration, probe_interval: Duration,
                  replica_reads: bool, durable: Optional[Durable], clock: Optional[Clock],
-                 jitter_fraction: float, random: Callable[[], float]):
+                 jitter_fraction: float, random: Callable[[], float], block_cache: int = _cache.DEFAULT_ENTRIES):
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
         if fallback not in FALLBACKS:
@@ -292,6 +298,18 @@ class Engine:
         self.jitter_fraction = float(jitter_fraction)
         self.random = random
         self.nodes: Dict[str, _NodeState] = {}
+        entries = _cache.capacity(block_cache)
+        #: The block cache (``_cache``), None when ``block_cache=0``.
+        self.cache: Optional[_cache.BlockCache] = _cache.BlockCache(entries) if entries else None
+
+    def stats(self) -> _cache.Stats:
+        return self.cache.stats() if self.cache is not None else _cache.Stats(0, 0)
+
+    def forget(self, key: str) -> None:
+        """A refund or reset of ``key`` (prefixed) through this limiter: its
+        cached rejection goes first, before anything is sent."""
+        if self.cache is not None:
+            self.cache.forget(key)
 
     def wait_budget(self) -> float:
         """Seconds a durable WAIT may take: its own timeout, then the
@@ -390,22 +408,40 @@ class Engine:
     # ------------------------------------------------------------ the API
 
     def direct(self, kind: str, node: Any, key: str, window: Duration, limit: int, cost: int,
-               tiers: Optional[Tiers], now: Optional[int], flag: bool) -> Optional[Direct]:
+               tiers: Optional[Tiers], now: Optional[int], flag: bool) -> Union[Direct, Decision, None]:
         """The hot path of ``allow`` (``flag``: stamp) or ``peek`` (``flag``:
         oldest) when it applies: one server (``node``, None for a cluster),
-        answered by the module, not durable; else None."""
+        answered by the module, not durable; else None. An ``allow`` the
+        block cache answers is that Decision, nothing to send."""
         if node is None or self.durable is not None or self.mode_of(node.name) != COMMAND:
             return None
         key, window_ms, limit, tiers_ms, cost, now_ms = self.window_request(key, window, limit, cost, tiers, now)
         if kind == "allow":
+            cache = self.cache if now_ms is None else None
+            if cache is not None:
+                sig = _cache.sig_of(window_ms, limit, tiers_ms)
+                hit = cache.lookup(key, sig, cost)
+                if hit is not None:
+                    return hit
             command = ("XCLOAK.ALLOW", key, *cmd.allow_args(window_ms, limit, tiers_ms, cost, now_ms, flag))
-            return Direct(self, node, (command,), window_ms, limit, bool(tiers_ms), flag, False)
+            direct = Direct(self, node, (command,), window_ms, limit, bool(tiers_ms), flag, False)
+            if cache is not None:
+                direct.remember = (key, sig, cost, cache.monotonic())  # read before sending
+            return direct
         command = ("XCLOAK.PEEK", key, *cmd.peek_args(window_ms, limit, tiers_ms, cost, now_ms, flag))
         return Direct(self, node, (command,), window_ms, limit, bool(tiers_ms), False, flag)
 
     def allow(self, key: str, window: Duration, limit: int, cost: int = 1, tiers: Optional[Tiers] = None,
               stamp: bool = False, now: Optional[int] = None) -> Op:
         key, window_ms, limit, tiers_ms, cost, now_ms = self.window_request(key, window, limit, cost, tiers, now)
+        # The block cache: consulted and recorded unless the call carries NOW.
+        cache = self.cache if now_ms is None else None
+        if cache is not None:
+            sig = _cache.sig_of(window_ms, limit, tiers_ms)
+            hit = cache.lookup(key, sig, cost)
+            if hit is not None:
+                return hit
+            sent_at = cache.monotonic()
         # Durable mode always sends STAMP (the deny path refunds by it); the
         # decision shows it only if asked.
         want_stamp = stamp or self.durable is not None
@@ -413,6 +449,8 @@ class Engine:
         try:
             reply, via, node = yield from self.call("allow", key, args)
             decision = from_reply(reply, window_ms, bool(tiers_ms), stamp=want_stamp, via=via)
+            if cache is not None:
+                cache.record(key, sig, cost, sent_at, decision)
             if self.durable is not None and decision.allowed:
                 yield from self._wait_replicated(node, key, decision, cost)
         except UnavailableError as error:
@@ -453,6 +491,7 @@ class Engine:
         decision to fail open or closed)."""
         args = cmd.refund_args(cmd.integer(stamp, "stamp"), cmd.integer(cost, "cost"))
         key = self.prefix + key
+        self.forget(key)
         reply, _, node = yield from self.call("refund", key, args)
         if self.durable is not None:
             (acked,) = yield Send(node, (("WAIT", self.durable.replicas, self.durable.timeout_ms),))
@@ -462,6 +501,7 @@ class Engine:
 
     def reset(self, key: str) -> Op:
         key = self.prefix + key
+        self.forget(key)
         for _ in range(MAX_REDIRECTIONS):
             node = yield Locate(key)
             (reply,) = yield Send(node, (("DEL", key),))
@@ -478,6 +518,7 @@ class Engine:
         stamp and cost, in order, and sends nothing after it."""
         check_requests(requests)
         now_ms = self.now_ms(now)
+        cache = self.cache if now_ms is None else None
         decisions: List[Decision] = []
         admitted: List[Tuple[str, Decision, int]] = []
         rejected = None
@@ -487,9 +528,19 @@ class Engine:
                 key, window_ms, limit, tiers_ms, cost, _ = self.window_request(
                     request["key"], request["window"], request["limit"], request.get("cost", 1),
                     request.get("tiers"), now_ms)
+                if cache is not None:  # a hit at j is the server's rejection at j, without a call
+                    sig = _cache.sig_of(window_ms, limit, tiers_ms)
+                    hit = cache.lookup(key, sig, cost)
+                    if hit is not None:
+                        decisions.append(hit)
+                        rejected = index
+                        break
+                    sent_at = cache.monotonic()
                 args = cmd.allow_args(window_ms, limit, tiers_ms, cost, now_ms, True)
                 reply, via, node = yield from self.call("allow", key, args)
                 decision = from_reply(reply, window_ms, bool(tiers_ms), stamp=True, via=via)
+                if cache is not None:
+                    cache.record(key, sig, cost, sent_at, decision)
                 if not decision.allowed:
                     decisions.append(decision)
                     rejected = index
@@ -577,6 +628,12 @@ class Engine:
         command" are sent again through the script (and NOSCRIPT ones after
         SCRIPT LOAD), the rest untouched. Returns one result per entry, an
         argument error as its XcloakError (raised by the caller)."""
+        # The block cache: a pipeline is sent as queued (never answered by the
+        # cache, its rejections not recorded); its refunds and resets drop
+        # their key's entry before sending, and its admissions after.
+        for e in entries:
+            if e.kind == "refund" or e.kind == "reset":
+                self.forget(e.key)
         results: List[Any] = [None] * len(entries)
         pending = list(range(len(entries)))
         for _ in range(MAX_REDIRECTIONS):
@@ -595,6 +652,9 @@ class Engine:
                 yield Refresh()
         for i in pending:
             results[i] = UnavailableError(f"{entries[i].key!r}: still redirected (the cluster is resharding)")
+        for e, result in zip(entries, results):
+            if e.kind == "allow" and isinstance(result, Decision) and result.allowed:
+                self.forget(e.key)
         return results
 
     def _pipeline_node(self, node: Any, entries: Sequence[Entry], indexes: List[int], results: List[Any],

@@ -12,7 +12,10 @@
   ``rl:<name>:<client key>``. Several limits are ``allow_all``.
 - **Rejected**: ``429`` with the headers (a never-fits request: no
   ``Retry-After``, and a body saying it is larger than the limit);
-  **allowed**: the response carries the same headers.
+  **allowed**: the response carries the same headers. A rejection the
+  limiter's block cache answers (``AsyncLimiter(block_cache=...)``, on by
+  default) is the same 429 with the same headers, ``Retry-After`` counting
+  down, and no call to Redis.
 - **Error policy** (the limiter's ``on_error``): ``raise`` lets the framework
   answer (500); ``allow`` serves without headers; ``deny`` answers ``503``.
 - ``skip_successful`` / ``skip_failed``: the admission is made with ``STAMP``

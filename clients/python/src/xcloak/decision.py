@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-#: Who decided: the module, the bundled Lua script, or the error policy.
-COMMAND, SCRIPT, ERROR = "command", "script", "error"
+#: Who decided: the module, the bundled Lua script, the error policy, or the
+#: block cache (a rejection remembered from the server's, without a call).
+COMMAND, SCRIPT, ERROR, CACHE = "command", "script", "error", "cache"
 
 
 @dataclass

@@ -10,7 +10,7 @@ too) or a ``redis.cluster.RedisCluster``. The calls are the engine's operations
 from __future__ import annotations
 
 import time
-from typing import Any, Generator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Generator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _engine
 from . import commands as cmd
@@ -40,7 +40,11 @@ class Limiter(Base):
     - ``replica_reads``: ``peek`` reads a replica (cluster: the key's slot's
       replica; Sentinel: pass ``replica=sentinel.slave_for(name)``);
     - ``durable``: ``Durable(replicas=N, timeout=T)``: ``WAIT`` after admissions;
-    - ``clock``, ``jitter_fraction``, ``random``: acquire's, and for replays.
+    - ``clock``, ``jitter_fraction``, ``random``: acquire's, and for replays;
+    - ``block_cache``: the block cache's entries (default 10,000; 0 turns it
+      off; an int up to 1,000,000): a key the server rejected with a wait is
+      rejected again without a call (``via == "cache"``) until that wait has
+      passed (docs/clients.md, "Block cache"); ``stats`` counts its answers.
     """
 
     _transport_class = Transport
@@ -68,10 +72,10 @@ class Limiter(Base):
         else:
             time.sleep(ms / 1000)
 
-    def _direct(self, direct: Optional[Direct]) -> Optional[Decision]:
+    def _direct(self, direct: Union[Direct, Decision, None]) -> Optional[Decision]:
         """The hot path (``_engine.Direct``): one exchange, no generator; None: the whole way."""
-        if direct is None:
-            return None
+        if direct is None or isinstance(direct, Decision):  # the whole way, or the block cache's answer
+            return direct
         try:
             _, (reply,) = self._transport.exchange(direct.node, direct.commands, direct.deadline(), None, False)
         except BaseException as error:

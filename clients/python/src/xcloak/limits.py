@@ -27,7 +27,9 @@ or the URI's query string): ``on_error`` (``raise``, ``allow``, ``deny``),
 ``timeout`` (milliseconds or a timedelta, default 1000), ``fallback`` (``auto``,
 ``always``, ``never``), ``probe_interval`` (milliseconds or a timedelta),
 ``replica_reads`` (``get_moving_window`` on a replica: cluster and Sentinel),
-and as a keyword argument only ``clock`` (an :class:`xcloak.Clock`: its time is
+``block_cache`` (entries of the limiter's block cache, default 10,000, 0 off:
+a rejected ``hit`` is answered again without a call until its ``retry_after``
+passes), and as a keyword argument only ``clock`` (an :class:`xcloak.Clock`: its time is
 sent as ``NOW``, for tests that freeze time, since the window otherwise runs on
 the server's clock). They are checked when the storage is built (Flask-Limiter: ``init_app``).
 
@@ -50,7 +52,7 @@ from . import _window
 from .decision import ERROR
 from .limiter import Limiter
 
-OPTIONS = ("on_error", "timeout", "fallback", "probe_interval", "replica_reads", "clock")
+OPTIONS = ("on_error", "timeout", "fallback", "probe_interval", "replica_reads", "clock", "block_cache")
 SCHEMES = {"xcloak": "redis", "xcloaks": "rediss", "xcloak+unix": "redis+unix",
            "xcloak+cluster": "redis+cluster", "xcloak+sentinel": "redis+sentinel"}
 
@@ -107,6 +109,15 @@ def split_options(uri: str, options: Dict[str, Any]) -> Tuple[str, Dict[str, Any
         config["timeout"] = _ms("timeout", ours["timeout"])
     if "probe_interval" in ours:
         config["probe_interval"] = _ms("probe_interval", ours["probe_interval"])
+    if "block_cache" in ours:
+        entries = ours["block_cache"]
+        if isinstance(entries, str):
+            if not entries.isdigit():
+                raise ValueError(f"block_cache must be an integer from 0 (off) to 1,000,000 entries (got {entries!r} "
+                                 f"in the storage URI)")
+            config["block_cache"] = int(entries)
+        else:
+            config["block_cache"] = entries  # the limiter checks its type and range
     if "clock" in ours:  # a keyword argument only: an xcloak.Clock (tests that freeze time)
         if isinstance(ours["clock"], str):
             raise ValueError("clock is an xcloak.Clock, passed as a keyword argument (storage options), "
@@ -154,6 +165,8 @@ class MovingWindow:
 
     def reset(self) -> Optional[int]:
         self._rejections.forget()
+        if self.limiter.engine.cache is not None:  # every window goes: so does every cached rejection
+            self.limiter.engine.cache.clear()
         return super().reset()  # type: ignore[misc, no-any-return]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any, Generator, List, Mapping, Optional, Sequence
+from typing import Any, Generator, List, Mapping, Optional, Sequence, Union
 
 from .. import _engine
 from .._driver import Base, drive
@@ -54,9 +54,9 @@ class AsyncLimiter(Base):
         else:
             await asyncio.sleep(ms / 1000)
 
-    async def _direct(self, direct: Optional[Direct]) -> Optional[Decision]:
-        if direct is None:
-            return None
+    async def _direct(self, direct: Union[Direct, Decision, None]) -> Optional[Decision]:
+        if direct is None or isinstance(direct, Decision):  # the whole way, or the block cache's answer
+            return direct
         try:
             _, (reply,) = await self._transport.exchange(direct.node, direct.commands, direct.deadline(), None, False)
         except BaseException as error:

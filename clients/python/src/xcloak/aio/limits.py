@@ -64,6 +64,8 @@ class AsyncMovingWindow:
 
     async def reset(self) -> Optional[int]:
         self._rejections.forget()
+        if self.limiter.engine.cache is not None:
+            self.limiter.engine.cache.clear()
         return await super().reset()  # type: ignore[misc, no-any-return]
 
 

@@ -169,7 +169,16 @@ public final class JedisTransport implements Transport {
         } catch (JedisConnectionException e) {
             throw new java.util.concurrent.CompletionException(cause(e));
         } finally {
-            connection.close(); // back to its pool; a broken one is destroyed
+            release(connection);
+        }
+    }
+
+    /** Gives {@code connection} back to its pool; a broken one is destroyed (an error doing so is not the call's). */
+    private static void release(Connection connection) {
+        try {
+            connection.close();
+        } catch (RuntimeException e) {
+            // destroying a broken connection to a paused or dead server
         }
     }
 

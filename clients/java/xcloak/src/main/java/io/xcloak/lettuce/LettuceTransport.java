@@ -30,15 +30,24 @@ import java.util.concurrent.TimeUnit;
  * run never runs twice; the limiter's timeout ends the wait for its reply.
  */
 public final class LettuceTransport implements Transport {
-    private final StatefulRedisConnection<?, ?> primary;
+    private volatile StatefulRedisConnection<?, ?> primary;
+    private final java.util.function.Supplier<StatefulRedisConnection<byte[], byte[]>> connector;
     private final StatefulRedisConnection<?, ?> replica;
     private final StatefulRedisClusterConnection<?, ?> cluster;
     private final boolean replicaReads;
-    private final AutoCloseable owned;
+    private volatile AutoCloseable owned;
 
     private LettuceTransport(StatefulRedisConnection<?, ?> primary, StatefulRedisConnection<?, ?> replica,
             StatefulRedisClusterConnection<?, ?> cluster, boolean replicaReads, AutoCloseable owned) {
+        this(primary, null, replica, cluster, replicaReads, owned);
+    }
+
+    private LettuceTransport(StatefulRedisConnection<?, ?> primary,
+            java.util.function.Supplier<StatefulRedisConnection<byte[], byte[]>> connector,
+            StatefulRedisConnection<?, ?> replica, StatefulRedisClusterConnection<?, ?> cluster, boolean replicaReads,
+            AutoCloseable owned) {
         this.primary = primary;
+        this.connector = connector;
         this.replica = replica;
         this.cluster = cluster;
         this.replicaReads = replicaReads;
@@ -61,14 +70,34 @@ public final class LettuceTransport implements Transport {
      * {@code RedisURI.Builder.sentinel(host, port, masterId)}); {@link #close()} closes it.
      */
     public static LettuceTransport of(RedisClient client) {
-        StatefulRedisConnection<byte[], byte[]> connection = client.connect(ByteArrayCodec.INSTANCE);
-        return new LettuceTransport(connection, null, null, false, connection);
+        requireNonNull(client, "client");
+        return new LettuceTransport(null, () -> client.connect(ByteArrayCodec.INSTANCE), null, null, false, null);
     }
 
     /** Opens its own connection to {@code uri} with {@code client}; {@link #close()} closes it. */
     public static LettuceTransport of(RedisClient client, RedisURI uri) {
-        StatefulRedisConnection<byte[], byte[]> connection = client.connect(ByteArrayCodec.INSTANCE, uri);
-        return new LettuceTransport(connection, null, null, false, connection);
+        requireNonNull(client, "client");
+        requireNonNull(uri, "uri");
+        return new LettuceTransport(null, () -> client.connect(ByteArrayCodec.INSTANCE, uri), null, null, false, null);
+    }
+
+    /**
+     * The standalone connection; a transport made from a client connects on its first call (a
+     * server that is down then is an outage of that call, and the next call connects again).
+     */
+    private StatefulRedisConnection<?, ?> primary() {
+        StatefulRedisConnection<?, ?> connection = primary;
+        if (connection != null) {
+            return connection;
+        }
+        synchronized (this) {
+            if (primary == null) {
+                StatefulRedisConnection<byte[], byte[]> opened = connector.get();
+                owned = opened;
+                primary = opened;
+            }
+            return primary;
+        }
     }
 
     /** Over an open cluster connection; not closed by {@link #close()}. */
@@ -131,7 +160,12 @@ public final class LettuceTransport implements Transport {
     @Override
     public CompletionStage<Reply> send(Call call) {
         if (cluster == null) {
-            StatefulRedisConnection<?, ?> connection = call.read() && replica != null ? replica : primary;
+            StatefulRedisConnection<?, ?> connection;
+            try {
+                connection = call.read() && replica != null ? replica : primary();
+            } catch (RuntimeException e) {
+                return CompletableFuture.failedFuture(e);
+            }
             return exchange(connection, call, node(call.key(), call.read()), null, true);
         }
         RedisClusterNode node = route(call.key(), call.read());
@@ -228,7 +262,7 @@ public final class LettuceTransport implements Transport {
     }
 
     @Override
-    public void close() {
+    public synchronized void close() {
         if (owned != null) {
             try {
                 owned.close();
