@@ -20,7 +20,7 @@ final class Clients implements AutoCloseable {
     Transport transport(Library library, RedisServer server) {
         return switch (library) {
             case LETTUCE -> {
-                RedisClient client = RedisClient.create(RedisURI.create("127.0.0.1", server.port));
+                RedisClient client = Shared.lettuce(RedisURI.create("127.0.0.1", server.port));
                 lettuceClients.add(client);
                 LettuceTransport t = LettuceTransport.of(client);
                 opened.add(t);

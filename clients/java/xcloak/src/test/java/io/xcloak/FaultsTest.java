@@ -145,7 +145,7 @@ class FaultsTest {
      */
     @Test
     void lettuce_never_writes_a_sent_allow_again_after_a_reconnect() throws Exception {
-        RedisClient client = RedisClient.create(RedisURI.create("127.0.0.1", server.port));
+        RedisClient client = Shared.lettuce(RedisURI.create("127.0.0.1", server.port));
         try (StatefulRedisConnection<String, String> connection = client.connect()) {
             Limiter limiter = Limiter.builder(LettuceTransport.of(connection)).timeout(Duration.ofSeconds(2)).build();
             limiter.allow(REQUEST);

@@ -19,11 +19,11 @@ import java.util.stream.Stream;
  * A real redis-server process on loopback, with the module or without it: the Java counterpart of
  * the repository's tests/common. Server binary: $XCLOAK_SERVER, else redis-server; the module:
  * $XCLOAK_MODULE, else target/release/libxcloak.so of the checkout ($XCLOAK_REPO). Ports come
- * from the Java package's slice, 19000-19999, each checked free with its cluster bus port (+10000).
+ * from the Java core's slice, 19000-19499 (the Spring modules: 19500-19899; dist-check: 19900-19999), each checked free with its cluster bus port (+10000).
  */
 final class RedisServer implements AutoCloseable {
     private static final int FIRST_PORT = 19000;
-    private static final int LAST_PORT = 19999;
+    private static final int LAST_PORT = 19499;
     private static final AtomicInteger NEXT = new AtomicInteger();
 
     final int port;
@@ -53,7 +53,7 @@ final class RedisServer implements AutoCloseable {
     }
 
     static int freePort() {
-        NEXT.compareAndSet(0, FIRST_PORT + (int) (ProcessHandle.current().pid() % 20) * 50);
+        NEXT.compareAndSet(0, FIRST_PORT + (int) (ProcessHandle.current().pid() % 10) * 50);
         for (int tries = 0; tries < 2000; tries++) {
             int p = NEXT.incrementAndGet();
             if (p > LAST_PORT) {

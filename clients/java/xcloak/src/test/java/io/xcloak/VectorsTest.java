@@ -29,7 +29,7 @@ class VectorsTest {
     static void start() {
         module = RedisServer.withModule();
         plain = RedisServer.plain();
-        lettuce = RedisClient.create();
+        lettuce = Shared.lettuce();
     }
 
     @AfterAll

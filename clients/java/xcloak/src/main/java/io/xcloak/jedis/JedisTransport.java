@@ -44,6 +44,25 @@ public final class JedisTransport implements Transport {
         this.provider = provider;
         this.cluster = provider instanceof ClusterConnectionProvider c ? c : null;
         this.replicaReads = replicaReads && cluster != null;
+        if (this.replicaReads) {
+            checkReplicaSlots(cluster);
+        }
+    }
+
+    /**
+     * Jedis keeps its replicas' slots only for a client built with
+     * {@code DefaultJedisClientConfig.builder().readOnlyForRedisClusterReplicas()}: refused here, at
+     * build, rather than at the first peek.
+     */
+    private static void checkReplicaSlots(ClusterConnectionProvider cluster) {
+        try {
+            cluster.getReplicaConnectionFromSlot(0).close();
+        } catch (NullPointerException e) {
+            throw new IllegalArgumentException("replicaReads needs a cluster client whose JedisClientConfig has "
+                    + "readOnlyForRedisClusterReplicas() (Jedis keeps no replica slots without it)", e);
+        } catch (RuntimeException unreachable) {
+            // the cluster can't be reached now: the calls will say so
+        }
     }
 
     /**
@@ -58,7 +77,11 @@ public final class JedisTransport implements Transport {
         return new JedisTransport(providerOf(client), false);
     }
 
-    /** As {@link #of(UnifiedJedis)}; with {@code replicaReads} (a cluster), peeks go to a replica of the key's slot. */
+    /**
+     * As {@link #of(UnifiedJedis)}; with {@code replicaReads} (a cluster client whose
+     * {@code JedisClientConfig} has {@code readOnlyForRedisClusterReplicas()}), peeks go to a
+     * replica of the key's slot.
+     */
     public static JedisTransport of(UnifiedJedis client, boolean replicaReads) {
         if (client == null) {
             throw new IllegalArgumentException("client must be a Jedis client, not null");
