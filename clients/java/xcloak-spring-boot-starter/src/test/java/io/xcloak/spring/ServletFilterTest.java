@@ -11,7 +11,7 @@ class ServletFilterTest extends WebAppContract {
     }
 
     @Override
-    String config() {
-        return "mvc";
+    String prefix() {
+        return "mvc:";
     }
 }

@@ -25,7 +25,7 @@ import org.springframework.context.ConfigurableApplicationContext;
 /**
  * What the servlet filter and the WebFilter must both do, over real HTTP against an application
  * started once per class on a random port, configured by the README's application.yml
- * (src/test/resources/NAME.yml) with only the Redis URL and the key prefix changed.
+ * (src/test/resources/web.yml, the same for both) with only the Redis URL and the key prefix changed.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 abstract class WebAppContract {
@@ -38,17 +38,13 @@ abstract class WebAppContract {
 
     abstract WebApplicationType type();
 
-    /** The README's configuration file in src/test/resources, and this class's key prefix. */
-    abstract String config();
-
-    String prefix() {
-        return config() + ":";
-    }
+    /** This class's key prefix (the two classes share the server). */
+    abstract String prefix();
 
     @BeforeAll
     void start() {
         app = new SpringApplicationBuilder(TestApp.class).web(type()).run(
-                "--spring.config.location=classpath:" + config() + ".yml",
+                "--spring.config.location=classpath:web.yml",
                 "--spring.data.redis.url=" + redis.url(),
                 "--xcloak.prefix=" + prefix(),
                 "--server.port=0");

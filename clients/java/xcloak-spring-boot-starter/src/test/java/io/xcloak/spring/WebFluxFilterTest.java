@@ -11,7 +11,7 @@ class WebFluxFilterTest extends WebAppContract {
     }
 
     @Override
-    String config() {
-        return "webflux";
+    String prefix() {
+        return "webflux:";
     }
 }

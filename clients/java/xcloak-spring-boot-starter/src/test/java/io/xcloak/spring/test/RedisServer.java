@@ -20,7 +20,7 @@ import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.api.sync.RedisCommands;
 
 /**
- * A real redis-server on a free loopback port, with the module from {@code XCLOAK_MODULE} or
+ * A real redis-server on a free loopback port (19500-19899), with the module from {@code XCLOAK_MODULE} or
  * without it (the fallback's case). {@link #shared()} is one server with the module for the whole
  * test run (started once, stopped when the JVM exits); each test class uses keys of its own.
  */
@@ -160,11 +160,17 @@ public final class RedisServer implements AutoCloseable {
         }
     }
 
+    /** The Spring modules' servers take ports 19500-19899 (the core's 19000-19499, dist-check 19900-19999). */
     private static int freePort() {
-        try (ServerSocket socket = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
-            return socket.getLocalPort();
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
+        java.util.concurrent.ThreadLocalRandom random = java.util.concurrent.ThreadLocalRandom.current();
+        for (int attempt = 0; attempt < 200; attempt++) {
+            int port = 19500 + random.nextInt(400);
+            try (ServerSocket socket = new ServerSocket(port, 1, java.net.InetAddress.getLoopbackAddress())) {
+                return socket.getLocalPort();
+            } catch (IOException taken) {
+                // try another
+            }
         }
+        throw new IllegalStateException("no free port in 19500-19899");
     }
 }
