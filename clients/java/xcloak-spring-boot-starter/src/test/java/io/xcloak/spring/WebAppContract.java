@@ -105,13 +105,18 @@ abstract class WebAppContract {
         for (int i = 0; i < 5; i++) {
             HttpResponse<String> r = Http.send("POST", base + "/login?ok=true");
             assertEquals(200, r.statusCode(), "successful login " + i);
+            if (i == 0) { // the handler reads the decision from the request's attribute
+                assertEquals("welcome, 2 left", r.body());
+            }
             assertEquals("\"3-in-60s\";q=3;w=60, \"20-in-3600s\";q=20;w=3600",
                     r.headers().firstValue("RateLimit-Policy").orElse(null));
         }
         Http.await(Duration.ofSeconds(10), "the refunds", () -> redis.commands().zcard(key) == 0);
         // Failed logins count: three are served, the fourth is refused.
         for (int i = 0; i < 3; i++) {
-            assertEquals(401, Http.send("POST", base + "/login?ok=false").statusCode(), "failed login " + i);
+            HttpResponse<String> r = Http.send("POST", base + "/login?ok=false");
+            assertEquals(401, r.statusCode(), "failed login " + i);
+            assertEquals("wrong password, " + (2 - i) + " left", r.body());
         }
         Http.await(Duration.ofSeconds(10), "three failures counted", () -> redis.commands().zcard(key) == 3);
         HttpResponse<String> refused = Http.send("POST", base + "/login?ok=true");

@@ -30,6 +30,13 @@ public final class HttpLimits {
 
     private static final Log log = LogFactory.getLog(HttpLimits.class);
 
+    /**
+     * The request attribute (servlet) or exchange attribute (WebFlux) holding the request's
+     * {@link MultiDecision} (one decision per matched route, in configuration order), for the
+     * handler to read: {@code @RequestAttribute(HttpLimits.DECISION_ATTRIBUTE) MultiDecision d}.
+     */
+    public static final String DECISION_ATTRIBUTE = "io.xcloak.decision";
+
     /** The body of a 429 whose request can never fit. */
     public static final String NEVER_FITS_BODY = "The request is larger than the rate limit: it can never be admitted.\n";
 

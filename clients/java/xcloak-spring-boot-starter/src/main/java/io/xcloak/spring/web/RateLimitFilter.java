@@ -59,6 +59,7 @@ public class RateLimitFilter extends OncePerRequestFilter {
             return;
         }
         HttpLimits.Outcome outcome = limits.check(matched, client); // RAISE: the exception propagates
+        request.setAttribute(HttpLimits.DECISION_ATTRIBUTE, outcome.decision());
         for (Map.Entry<String, String> header : outcome.headers().entrySet()) {
             response.setHeader(header.getKey(), header.getValue());
         }

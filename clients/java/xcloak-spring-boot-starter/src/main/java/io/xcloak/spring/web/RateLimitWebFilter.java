@@ -90,6 +90,7 @@ public class RateLimitWebFilter implements WebFilter, Ordered {
     }
 
     private Mono<Void> serve(ServerWebExchange exchange, WebFilterChain chain, HttpLimits.Outcome outcome) {
+        exchange.getAttributes().put(HttpLimits.DECISION_ATTRIBUTE, outcome.decision());
         ServerHttpResponse response = exchange.getResponse();
         for (Map.Entry<String, String> header : outcome.headers().entrySet()) {
             response.getHeaders().set(header.getKey(), header.getValue());
