@@ -52,7 +52,8 @@ public final class ClientAddress {
      */
     public String resolve(String peer, List<String> forwardedFor, List<String> forwarded) {
         if (trusted.isEmpty()) {
-            return peer;
+            InetAddress address = literal(peer);
+            return address == null ? peer : text(address);
         }
         List<String> chain = chain(forwardedFor, forwarded);
         chain.add(peer);
@@ -62,7 +63,7 @@ public final class ClientAddress {
                 return chain.get(i); // not an address: nothing before it can be believed
             }
             if (!isTrusted(address)) {
-                return address.getHostAddress();
+                return text(address);
             }
         }
         return chain.get(0);
@@ -129,6 +130,51 @@ public final class ClientAddress {
         } catch (UnknownHostException e) {
             return null;
         }
+    }
+
+    /**
+     * An address as the other packages write it: a.b.c.d, or IPv6 in RFC 5952's form (lower case,
+     * the longest run of zero groups as "::"), so that keys agree across languages.
+     */
+    static String text(InetAddress address) {
+        byte[] b = address.getAddress();
+        if (b.length == 4) {
+            return address.getHostAddress();
+        }
+        int[] groups = new int[8];
+        for (int i = 0; i < 8; i++) {
+            groups[i] = ((b[2 * i] & 0xff) << 8) | (b[2 * i + 1] & 0xff);
+        }
+        int bestStart = -1;
+        int bestLength = 1; // a single zero group is not compressed
+        for (int i = 0; i < 8; ) {
+            if (groups[i] != 0) {
+                i++;
+                continue;
+            }
+            int j = i;
+            while (j < 8 && groups[j] == 0) {
+                j++;
+            }
+            if (j - i > bestLength) {
+                bestStart = i;
+                bestLength = j - i;
+            }
+            i = j;
+        }
+        StringBuilder out = new StringBuilder();
+        for (int i = 0; i < 8; i++) {
+            if (i == bestStart) {
+                out.append("::");
+                i += bestLength - 1;
+                continue;
+            }
+            if (out.length() > 0 && out.charAt(out.length() - 1) != ':') {
+                out.append(':');
+            }
+            out.append(Integer.toHexString(groups[i]));
+        }
+        return out.toString();
     }
 
     /** ::ffff:a.b.c.d is a.b.c.d. */
