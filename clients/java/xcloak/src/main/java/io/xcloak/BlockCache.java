@@ -33,6 +33,8 @@ final class BlockCache {
     private final int capacity;
     private final LinkedHashMap<String, Entry> entries;
     private long hits;
+    /** The entries held, readable without the lock: an empty cache costs no lock per call. */
+    private volatile int size;
 
     BlockCache(int capacity) {
         this.capacity = capacity;
@@ -47,13 +49,23 @@ final class BlockCache {
     }
 
     /** The cached rejection of {@code key} for this request at {@code nowNanos}, or null (a miss). */
-    synchronized Decision lookup(String key, Sig sig, long cost, long nowNanos) {
+    Decision lookup(String key, Sig sig, long cost, long nowNanos) {
+        if (size == 0) {
+            return null;
+        }
+        synchronized (this) {
+            return lookupLocked(key, sig, cost, nowNanos);
+        }
+    }
+
+    private Decision lookupLocked(String key, Sig sig, long cost, long nowNanos) {
         Entry entry = entries.get(key); // touches it (LRU)
         if (entry == null) {
             return null;
         }
         if (nowNanos - entry.deadlineNanos >= 0) {
             entries.remove(key); // an expired entry is dropped when met
+            size = entries.size();
             return null;
         }
         if (!entry.sig.equals(sig) || cost < entry.cost) {
@@ -94,21 +106,43 @@ final class BlockCache {
      * retry-after is held (replacing the key's entry); an admission drops the key's entry; anything
      * else (never-fits) changes nothing.
      */
-    synchronized void record(String key, Sig sig, long cost, long sentAtNanos, Decision decision) {
+    /** Whether the cache holds nothing (read without the lock). */
+    boolean isEmpty() {
+        return size == 0;
+    }
+
+    /** {@link #record(String, Sig, long, long, Decision)} of {@code request}, its shape read only when held. */
+    void record(Request request, long sentAtNanos, Decision decision) {
         if (decision.allowed()) {
-            entries.remove(key);
+            if (size != 0) {
+                forget(request.key());
+            }
+            return;
+        }
+        record(request.key(), Sig.of(request), request.cost(), sentAtNanos, decision);
+    }
+
+    void record(String key, Sig sig, long cost, long sentAtNanos, Decision decision) {
+        if (decision.allowed()) {
+            if (size != 0) {
+                forget(key);
+            }
             return;
         }
         long retryMs = decision.retryAfter().toMillis();
         if (decision.costExceedsLimit() || retryMs <= 0) {
             return;
         }
-        entries.put(key, new Entry(sig, cost, sentAtNanos, sentAtNanos + retryMs * 1_000_000L, decision));
+        synchronized (this) {
+            entries.put(key, new Entry(sig, cost, sentAtNanos, sentAtNanos + retryMs * 1_000_000L, decision));
+            size = entries.size();
+        }
     }
 
     /** Drops {@code key}'s entry (refund and reset, before they are sent). */
     synchronized void forget(String key) {
         entries.remove(key);
+        size = entries.size();
     }
 
     synchronized Stats stats() {

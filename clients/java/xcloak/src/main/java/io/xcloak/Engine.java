@@ -163,15 +163,17 @@ final class Engine {
         if (op == Op.PEEK && request.stamp()) {
             throw new IllegalArgumentException("stamp is an allow option: peek does not take it");
         }
-        Request prepared = request.withKey(prefix + request.key());
+        if (prefix.isEmpty() && (clock == null || request.now().isPresent()) && (!stamp || request.stamp())) {
+            return request;
+        }
+        Request prepared = prefix.isEmpty() ? request : request.withKey(prefix + request.key());
         if (clock != null && request.now().isEmpty()) {
             prepared = prepared.withNow(clock.nowMillis());
         }
         if (stamp && !prepared.stamp()) {
             prepared = prepared.withStamp();
         }
-        // A window of a fraction of a millisecond is refused here, before anything is sent.
-        Replies.windowArgs(prepared, op == Op.PEEK, stamp);
+        // Request and Tier refused a window of a fraction of a millisecond when they were made.
         return prepared;
     }
 
@@ -182,8 +184,11 @@ final class Engine {
         } catch (RuntimeException e) {
             return CompletableFuture.failedFuture(e);
         }
-        boolean asked = request.stamp();
-        return policy(request, cachedAllow(prepared).thenApply(d -> asked ? d : withoutStamp(d)));
+        CompletionStage<Decision> decided = cachedAllow(prepared);
+        if (!request.stamp() && durable != null) {
+            decided = decided.thenApply(Engine::withoutStamp);
+        }
+        return policy(request, decided);
     }
 
     private static Decision withoutStamp(Decision d) {
@@ -198,28 +203,46 @@ final class Engine {
     /** An allow through the block cache: a hit answers without a call; a server decision is recorded. */
     private CompletionStage<Decision> cachedAllow(Request prepared) {
         if (cache == null || prepared.now().isPresent()) {
-            return allowOnce(prepared);
+            return allowOnce(prepared, NOT_CACHED);
         }
-        BlockCache.Sig sig = BlockCache.Sig.of(prepared);
-        Decision hit = cache.lookup(prepared.key(), sig, prepared.cost(), mono.getAsLong());
-        if (hit != null) {
-            return CompletableFuture.completedFuture(hit);
+        if (!cache.isEmpty()) {
+            Decision hit = cache.lookup(prepared.key(), BlockCache.Sig.of(prepared), prepared.cost(), mono.getAsLong());
+            if (hit != null) {
+                return CompletableFuture.completedFuture(hit);
+            }
         }
-        long sentAt = mono.getAsLong();
-        return allowOnce(prepared).thenApply(d -> {
-            cache.record(prepared.key(), sig, prepared.cost(), sentAt, d);
-            return d;
-        });
+        return allowOnce(prepared, mono.getAsLong());
     }
 
-    private CompletionStage<Decision> allowOnce(Request prepared) {
+    /** {@code sentAt}: the monotonic time before sending, for the block cache (NOT_CACHED: no cache). */
+    private static final long NOT_CACHED = Long.MIN_VALUE;
+
+    private CompletionStage<Decision> allowOnce(Request prepared, long sentAt) {
         List<byte[]> args = Replies.windowArgs(prepared, false, prepared.stamp());
-        return exchange(Op.ALLOW, prepared.key(), args, true).thenCompose(ex -> {
+        CompletionStage<Exchange> exchanged = exchange(Op.ALLOW, prepared.key(), args, true);
+        if (durable == null) {
+            return exchanged.thenApply(ex -> {
+                Decision decision = Replies.decision(ex.reply.value(), prepared.window(), false, ex.via);
+                if (sentAt != NOT_CACHED) {
+                    cache.record(prepared, sentAt, decision);
+                }
+                return decision;
+            });
+        }
+        return exchanged.thenCompose(ex -> {
             Decision decision = Replies.decision(ex.reply.value(), prepared.window(), false, ex.via);
-            if (durable == null || !decision.allowed()) {
+            if (!decision.allowed()) {
+                if (sentAt != NOT_CACHED) {
+                    cache.record(prepared, sentAt, decision);
+                }
                 return CompletableFuture.completedFuture(decision);
             }
-            return replicated(prepared, decision, ex.reply);
+            return replicated(prepared, decision, ex.reply).thenApply(d -> {
+                if (sentAt != NOT_CACHED) {
+                    cache.record(prepared, sentAt, d);
+                }
+                return d;
+            });
         });
     }
 
@@ -298,12 +321,15 @@ final class Engine {
             cache.forget(full);
         }
         List<byte[]> command = List.of(Replies.ascii("DEL"), full.getBytes(StandardCharsets.UTF_8));
-        return send(new Transport.Call(full, command, false, timeout, null)).thenApply(reply -> {
+        return send(new Transport.Call(full, command, false, timeout, null)).handle((reply, error) -> {
+            if (error != null) {
+                throw outage(error);
+            }
             if (reply.value() instanceof Long n) {
                 return n > 0;
             }
-            if (reply.value() instanceof Transport.ErrorReply error) {
-                throw classify(error);
+            if (reply.value() instanceof Transport.ErrorReply refusal) {
+                throw classify(refusal);
             }
             throw new XcloakException("DEL answers a count, not " + Replies.show(reply.value()));
         });
@@ -523,20 +549,35 @@ final class Engine {
         command.add(op.command);
         command.add(keyBytes);
         command.addAll(args);
-        return send(new Transport.Call(key, command, read, timeout, waitThen)).thenCompose(reply -> {
-            Object value = reply.value();
-            if (!(value instanceof Transport.ErrorReply error)) {
+        CompletableFuture<Exchange> out = new CompletableFuture<>();
+        send(new Transport.Call(key, command, read, timeout, waitThen)).whenComplete((reply, error) -> {
+            if (error != null) {
+                out.completeExceptionally(outage(error));
+                return;
+            }
+            if (!(reply.value() instanceof Transport.ErrorReply refusal)) {
                 if (path == Path.PROBE) {
                     mark(reply.node(), null);
                 }
-                return CompletableFuture.completedFuture(new Exchange(reply, Via.COMMAND));
-            }
-            if (fallback == Fallback.AUTO && unknownCommand(error)) {
+                out.complete(new Exchange(reply, Via.COMMAND));
+            } else if (fallback == Fallback.AUTO && unknownCommand(refusal)) {
                 // Nothing was applied: the script answers, here and from now on.
                 mark(reply.node(), mono.getAsLong());
-                return script(op, key, keyBytes, args, read, waitThen, reply.node());
+                forward(script(op, key, keyBytes, args, read, waitThen, reply.node()), out);
+            } else {
+                out.completeExceptionally(classify(refusal));
             }
-            return CompletableFuture.failedFuture(classify(error));
+        });
+        return out;
+    }
+
+    private static <T> void forward(CompletionStage<T> from, CompletableFuture<T> to) {
+        from.whenComplete((value, error) -> {
+            if (error != null) {
+                to.completeExceptionally(unwrap(error));
+            } else {
+                to.complete(value);
+            }
         });
     }
 
@@ -560,47 +601,49 @@ final class Engine {
         command.add(Replies.ascii("1"));
         command.add(keyBytes);
         command.addAll(args);
-        return send(new Transport.Call(key, command, read, timeout, then)).thenCompose(reply -> {
-            Object value = reply.value();
-            if (!(value instanceof Transport.ErrorReply error)) {
-                return CompletableFuture.completedFuture(new Exchange(reply, Via.SCRIPT));
+        CompletableFuture<Exchange> out = new CompletableFuture<>();
+        send(new Transport.Call(key, command, read, timeout, then)).whenComplete((reply, error) -> {
+            if (error != null) {
+                out.completeExceptionally(outage(error));
+                return;
             }
-            if (readOnly && unknownCommand(error)) {
+            if (!(reply.value() instanceof Transport.ErrorReply refusal)) {
+                out.complete(new Exchange(reply, Via.SCRIPT));
+            } else if (readOnly && unknownCommand(refusal)) {
                 // Redis before 7.0 has no EVALSHA_RO: EVALSHA on that node from now on.
                 nodes.computeIfAbsent(reply.node(), n -> new NodeState()).noReadOnlyScripts = true;
-                return evalsha(script, key, keyBytes, args, read, then, false, byText, node);
-            }
-            if (!byText && error.code().equals("NOSCRIPT")) {
+                forward(evalsha(script, key, keyBytes, args, read, then, false, byText, node), out);
+            } else if (!byText && refusal.code().equals("NOSCRIPT")) {
                 // Not cached there (a restart, SCRIPT FLUSH, a new node): the text runs
                 // it once and caches it.
-                return evalsha(script, key, keyBytes, args, read, then, readOnly, true, node);
+                forward(evalsha(script, key, keyBytes, args, read, then, readOnly, true, node), out);
+            } else {
+                out.completeExceptionally(classify(refusal));
             }
-            return CompletableFuture.failedFuture(classify(error));
         });
+        return out;
     }
 
-    /** Sends once; no answer becomes XcloakUnavailableException. */
+    /** Sends once; the stage fails only when there was no answer (see {@link #outage}). */
     private CompletionStage<Transport.Reply> send(Transport.Call call) {
-        CompletionStage<Transport.Reply> sent;
         try {
-            sent = transport.send(call);
+            return transport.send(call);
         } catch (RuntimeException e) {
-            sent = CompletableFuture.failedFuture(e);
+            return CompletableFuture.failedFuture(e);
         }
-        return sent.handle((reply, error) -> {
-            if (error == null) {
-                return reply;
-            }
-            Throwable cause = unwrap(error);
-            if (cause instanceof XcloakException x) {
-                throw x;
-            }
-            if (cause instanceof CancellationException c) {
-                throw c;
-            }
-            String what = cause instanceof java.util.concurrent.TimeoutException ? "timeout" : "connection";
-            throw new XcloakUnavailableException("xcloak unavailable (" + what + "): " + cause, cause);
-        });
+    }
+
+    /** A transport's failure as the contract's kind: no answer becomes XcloakUnavailableException. */
+    private static RuntimeException outage(Throwable error) {
+        Throwable cause = unwrap(error);
+        if (cause instanceof XcloakException x) {
+            return x;
+        }
+        if (cause instanceof CancellationException c) {
+            return c;
+        }
+        String what = cause instanceof java.util.concurrent.TimeoutException ? "timeout" : "connection";
+        return new XcloakUnavailableException("xcloak unavailable (" + what + "): " + cause, cause);
     }
 
     /** Command, script or probe for the node serving {@code key}. */

@@ -3,6 +3,7 @@ package io.xcloak.lettuce;
 import io.lettuce.core.protocol.CommandWrapper;
 import io.lettuce.core.protocol.RedisCommand;
 import io.netty.buffer.ByteBuf;
+import io.netty.util.Timeout;
 
 /**
  * A command Lettuce writes at most once. With {@code autoReconnect} (its default), Lettuce keeps
@@ -15,6 +16,7 @@ import io.netty.buffer.ByteBuf;
  */
 final class OnceCommand<K, V, T> extends CommandWrapper<K, V, T> {
     private volatile boolean written;
+    private volatile Timeout timeout;
 
     OnceCommand(RedisCommand<K, V, T> command) {
         super(command);
@@ -33,5 +35,19 @@ final class OnceCommand<K, V, T> extends CommandWrapper<K, V, T> {
 
     boolean written() {
         return written;
+    }
+
+    /** The limiter's timeout for this command, cancelled when the reply comes. */
+    void timeout(Timeout timeout) {
+        this.timeout = timeout;
+    }
+
+    @Override
+    public void complete() {
+        super.complete();
+        Timeout t = timeout;
+        if (t != null) {
+            t.cancel();
+        }
     }
 }
