@@ -65,12 +65,15 @@ final class RedisTransports {
         }
 
         static Built from(RedisConnectionFactory factory) {
-            AbstractRedisClient client = ((LettuceConnectionFactory) factory).getRequiredNativeClient();
-            if (client instanceof RedisClusterClient cluster) {
-                return new Built(new LazyTransport(() -> LettuceTransport.of(cluster), false), null, false);
-            }
-            RedisClient standalone = (RedisClient) client;
-            return new Built(new LazyTransport(() -> LettuceTransport.of(standalone), false), null, false);
+            LettuceConnectionFactory lettuce = (LettuceConnectionFactory) factory;
+            // The factory's client is taken at the first call too: the factory may start after this bean.
+            return new Built(new LazyTransport(() -> {
+                AbstractRedisClient client = lettuce.getRequiredNativeClient();
+                if (client instanceof RedisClusterClient cluster) {
+                    return LettuceTransport.of(cluster);
+                }
+                return LettuceTransport.of((RedisClient) client);
+            }, false), null, false);
         }
     }
 
