@@ -45,11 +45,21 @@ cat >pom.xml <<POM
   <groupId>check</groupId>
   <artifactId>check</artifactId>
   <version>1</version>
-  <properties><maven.compiler.release>17</maven.compiler.release></properties>
+  <properties><project.build.sourceEncoding>UTF-8</project.build.sourceEncoding></properties>
   <dependencies>
     <dependency><groupId>io.xcloak</groupId><artifactId>xcloak</artifactId><version>$version</version></dependency>
     <dependency><groupId>io.lettuce</groupId><artifactId>lettuce-core</artifactId><version>$lettuce</version></dependency>
   </dependencies>
+  <build>
+    <plugins>
+      <plugin>
+        <groupId>org.apache.maven.plugins</groupId>
+        <artifactId>maven-compiler-plugin</artifactId>
+        <version>3.14.0</version>
+        <configuration><release>17</release></configuration>
+      </plugin>
+    </plugins>
+  </build>
 </project>
 POM
 cat >src/main/java/check/Main.java <<'JAVA'

@@ -46,14 +46,28 @@ public final class Bench {
         void run(int i) throws Exception;
     }
 
-    /** One block: wall ns and CPU ns per call. */
+    private static final com.sun.management.ThreadMXBean THREADS =
+            (com.sun.management.ThreadMXBean) ManagementFactory.getThreadMXBean();
+
+    /** Bytes allocated so far by every live thread (the caller's and Lettuce's event loops). */
+    private static long allocated() {
+        long total = 0;
+        for (long bytes : THREADS.getThreadAllocatedBytes(THREADS.getAllThreadIds())) {
+            total += Math.max(0, bytes);
+        }
+        return total;
+    }
+
+    /** One block: wall ns, CPU ns and bytes allocated per call. */
     private static double[] block(Call call, int from, int n) throws Exception {
+        long bytes = allocated();
         long cpu = OS.getProcessCpuTime();
         long start = System.nanoTime();
         for (int i = from; i < from + n; i++) {
             call.run(i);
         }
-        return new double[] {(System.nanoTime() - start) / (double) n, (OS.getProcessCpuTime() - cpu) / (double) n};
+        return new double[] {(System.nanoTime() - start) / (double) n, (OS.getProcessCpuTime() - cpu) / (double) n,
+            (allocated() - bytes) / (double) n};
     }
 
     private static double median(List<Double> values) {
@@ -68,8 +82,8 @@ public final class Bench {
 
     public static void main(String[] args) throws Exception {
         int port = Integer.parseInt(args[0]);
-        int rounds = args.length > 1 ? Integer.parseInt(args[1]) : 60;
-        int blockSize = 500;
+        int rounds = args.length > 1 ? Integer.parseInt(args[1]) : 20;
+        int blockSize = 2000;
         int keys = 1000;
         RedisClient client = RedisClient.create(RedisURI.create("127.0.0.1", port));
         StatefulRedisConnection<byte[], byte[]> connection = client.connect(ByteArrayCodec.INSTANCE);
@@ -96,6 +110,8 @@ public final class Bench {
         List<Double> xWall = new ArrayList<>();
         List<Double> rawCpu = new ArrayList<>();
         List<Double> xCpu = new ArrayList<>();
+        List<Double> rawBytes = new ArrayList<>();
+        List<Double> xBytes = new ArrayList<>();
         for (int r = 0; r < rounds; r++) {
             double[] a;
             double[] b;
@@ -110,6 +126,8 @@ public final class Bench {
             xWall.add(b[0]);
             rawCpu.add(a[1]);
             xCpu.add(b[1]);
+            rawBytes.add(a[2]);
+            xBytes.add(b[2]);
             wallRatio.add(b[0] / a[0]);
             cpuRatio.add(b[1] / a[1]);
         }
@@ -122,6 +140,8 @@ public final class Bench {
         System.out.printf("  totals: wall %.1f vs %.1f us per call (ratio %.3f); process CPU %.1f vs %.1f us per call (ratio %.3f)%n",
                 xWallTotal / rounds / 1000, rawWallTotal / rounds / 1000, xWallTotal / rawWallTotal,
                 xCpuTotal / rounds / 1000, rawCpuTotal / rounds / 1000, xCpuTotal / rawCpuTotal);
+        System.out.printf("  allocated per call (every thread): raw %.0f bytes, Limiter.allow %.0f bytes (medians)%n",
+                median(rawBytes), median(xBytes));
         System.out.printf("  wall per call: raw %.1f us, Limiter.allow %.1f us (medians); ratio median %.3f (p10 %.3f, p90 %.3f)%n",
                 median(rawWall) / 1000, median(xWall) / 1000, median(wallRatio), pct(wallRatio, 0.1), pct(wallRatio, 0.9));
         System.out.printf("  process CPU per call: raw %.1f us, Limiter.allow %.1f us (medians); ratio median %.3f (p10 %.3f, p90 %.3f)%n",
