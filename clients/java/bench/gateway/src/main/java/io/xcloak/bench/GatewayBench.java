@@ -50,9 +50,12 @@ import reactor.core.publisher.Mono;
  * Spring Cloud Gateway through xcloakRateLimiter, through its own RedisRateLimiter and through its
  * Bucket4jRateLimiter (Bucket4j's Lettuce backend), in one run: one gateway, one local backend,
  * one redis-server with the module, the same limit (10 per second per client) on three routes.
- * Rounds alternate the three routes so that the machine's load falls on each alike.
+ * Rounds alternate the three routes, each leading a round in turn, so that the machine's load (and
+ * the JVM's collections) fall on each alike.
  *
  * <p>Per route: requests per second through the gateway (the load is generated in this JVM too);
+ * this JVM's CPU time per request (the gateway, the load generator and the backend: the same for
+ * every route but the limiter, and steadier than wall time on a shared machine);
  * server CPU per request from INFO commandstats (the usec of the commands the client sent: a
  * script's own inner commands are inside its EVALSHA's or EVAL's time), and from the server
  * process's own CPU time (INFO cpu: used_cpu_user + used_cpu_sys); and round trips per request
@@ -98,7 +101,7 @@ public final class GatewayBench {
     }
 
     record Phase(String route, long requests, long non200, double seconds, double commandUsec, long roundTrips,
-            double processCpuUsec) {
+            double processCpuUsec, double jvmCpuUsec) {
     }
 
     public static void main(String[] args) throws Exception {
@@ -137,8 +140,12 @@ public final class GatewayBench {
             load(http, base, route, perRound / 2, concurrency, clients, clientSeq);
         }
         Map<String, List<Phase>> phases = new LinkedHashMap<>();
+        for (String route : routes) {
+            phases.put(route, new ArrayList<>());
+        }
         for (int round = 0; round < rounds; round++) {
-            for (String route : routes) {
+            for (int k = 0; k < routes.length; k++) {
+                String route = routes[(round + k) % routes.length]; // each route leads a round in turn
                 phases.computeIfAbsent(route, r -> new ArrayList<>())
                         .add(measure(redis, http, base, route, perRound, concurrency, clients, clientSeq));
             }
@@ -150,8 +157,8 @@ public final class GatewayBench {
                 + " limit 10 per second per client (%s)%n", rounds, perRound, concurrency, clients, started);
         System.out.printf("load average before: %s; after: %s; %d cores%n%n", loadBefore, loadAfter,
                 Runtime.getRuntime().availableProcessors());
-        System.out.println("| limiter | requests/s (median of rounds) | server µs per request, commandstats | server CPU µs per request, INFO cpu | round trips per request | non-200 |");
-        System.out.println("|---|---|---|---|---|---|");
+        System.out.println("| limiter | requests/s (median of rounds) | gateway JVM CPU µs per request | server µs per request, commandstats | server CPU µs per request, INFO cpu | round trips per request | non-200 |");
+        System.out.println("|---|---|---|---|---|---|---|");
         String[] names = {"xcloakRateLimiter (XCLOAK.ALLOW)", "RedisRateLimiter (token bucket, EVALSHA)",
                 "Bucket4jRateLimiter (Bucket4j Lettuce, GET + EVAL CAS)"};
         for (int i = 0; i < routes.length; i++) {
@@ -162,7 +169,9 @@ public final class GatewayBench {
             long trips = 0;
             double usec = 0;
             double cpu = 0;
+            double jvm = 0;
             for (Phase p : list) {
+                jvm += p.jvmCpuUsec();
                 rps.add(p.requests() / p.seconds());
                 requests += p.requests();
                 non200 += p.non200();
@@ -171,8 +180,9 @@ public final class GatewayBench {
                 cpu += p.processCpuUsec();
             }
             rps.sort(Double::compare);
-            System.out.printf("| %s | %.0f (%.0f-%.0f) | %.2f | %.1f | %.2f | %d |%n", names[i], rps.get(rps.size() / 2),
-                    rps.get(0), rps.get(rps.size() - 1), usec / requests, cpu / requests, (double) trips / requests, non200);
+            System.out.printf("| %s | %.0f (%.0f-%.0f) | %.0f | %.2f | %.1f | %.2f | %d |%n", names[i], rps.get(rps.size() / 2),
+                    rps.get(0), rps.get(rps.size() - 1), jvm / requests, usec / requests, cpu / requests,
+                    (double) trips / requests, non200);
         }
         System.out.println();
         System.out.println("Bucket4j's commands in the last round, as sent on its connection: " + lastBucket4j);
@@ -188,10 +198,12 @@ public final class GatewayBench {
         redis.commands().configResetstat();
         BUCKET4J_SENT.clear();
         double cpuBefore = processCpuUsec(redis);
+        long jvmBefore = jvmCpuNanos();
         long start = System.nanoTime();
         long non200 = load(http, base, route, n, concurrency, clients, clientSeq);
         double seconds = (System.nanoTime() - start) / 1e9;
         double cpu = processCpuUsec(redis) - cpuBefore;
+        double jvm = (jvmCpuNanos() - jvmBefore) / 1e3;
         Map<String, Map<String, Double>> stats = redis.commandStats();
         double usec;
         long trips;
@@ -219,7 +231,7 @@ public final class GatewayBench {
                 lastBucket4j = byCommand.toString();
             }
         }
-        return new Phase(route, n, non200, seconds, usec, trips, cpu);
+        return new Phase(route, n, non200, seconds, usec, trips, cpu, jvm);
     }
 
     private static long sent(String method) {
@@ -230,6 +242,12 @@ public final class GatewayBench {
     private static double field(Map<String, Map<String, Double>> stats, String command, String field) {
         Map<String, Double> fields = stats.get(command);
         return fields == null ? 0 : fields.getOrDefault(field, 0.0);
+    }
+
+    /** This process's CPU time: the gateway, the load generator and the backend. */
+    private static long jvmCpuNanos() {
+        return ((com.sun.management.OperatingSystemMXBean) java.lang.management.ManagementFactory.getOperatingSystemMXBean())
+                .getProcessCpuTime();
     }
 
     /** The server process's own CPU time (user + system), in µs. */
