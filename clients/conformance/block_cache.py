@@ -50,6 +50,8 @@ class Cache:
             return None
         if entry["sig"] != sig or cost < entry["cost"]:
             return None  # another shape, or a smaller cost: the server decides
+        if cost > min([sig[1]] + [limit for _, limit in sig[2]]):
+            return None  # above a tier's limit: it can never fit, and the server says so (-1)
         self.entries.move_to_end(key)
         elapsed = at - entry["sent_at"]
         d = entry["decision"]
@@ -162,10 +164,23 @@ def cases(conn):
     out.append(r.case)
 
     r = Run(conn, "never-fits", "A cost above the limit can never be admitted: retry_after is -1, nothing is "
-                                "cached, and the same request is sent again.")
+                                "cached, and the same request is sent again. On a blocked key too: a cost above "
+                                "a tier's limit is sent (the server answers never-fits, not a wait), and the "
+                                "entry stays for the costs that fit.")
     r.allow(0, "k", 60000, 3, cost=4, expect="sent")
     r.allow(1, "k", 60000, 3, cost=4, expect="sent")
     r.size(1)
+    for at in (2, 3, 4, 5):
+        r.allow(at, "k", 60000, 3, expect="sent")  # 3 admitted, then rejected: cached
+    r.allow(6, "k", 60000, 3, expect="hit")
+    r.allow(7, "k", 60000, 3, cost=3, expect="hit")
+    r.allow(8, "k", 60000, 3, cost=4, expect="sent")  # never fits: the server's answer, not the cache's
+    r.allow(9, "k", 60000, 3, expect="hit")
+    for at in (10, 11, 12):
+        r.allow(at, "t", 1000, 10, [[60000, 2]], expect="sent")  # 2 admitted, then rejected by the 2-in-60 s tier
+    r.allow(13, "t", 1000, 10, [[60000, 2]], cost=2, expect="hit")
+    r.allow(14, "t", 1000, 10, [[60000, 2]], cost=3, expect="sent")  # above the tier's limit: never fits
+    r.size(14)
     out.append(r.case)
 
     r = Run(conn, "forget", "A refund or reset through the same limiter forgets the key first: the next request "

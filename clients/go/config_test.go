@@ -34,6 +34,8 @@ func TestNewLimiterRefusesBadOptions(t *testing.T) {
 		{"negative jitter", rdb, Options{JitterFraction: -0.5}, "Options.JitterFraction must be from 0 to 1"},
 		{"no replicas", rdb, Options{Durable: &Durable{Replicas: 0, Timeout: time.Second}}, "Durable.Replicas must be 1 or more, not 0"},
 		{"WAIT 0", rdb, Options{Durable: &Durable{Replicas: 1}}, "Durable.Timeout must be a whole number of milliseconds from 1ms (WAIT 0 blocks for ever), not 0s"},
+		{"block cache -2", rdb, Options{BlockCache: -2}, "Options.BlockCache must be from 1 to 1000000 entries (0: the default 10000; -1: no block cache), not -2"},
+		{"block cache too large", rdb, Options{BlockCache: 1_000_001}, "Options.BlockCache must be from 1 to 1000000 entries (0: the default 10000; -1: no block cache), not 1000001"},
 		{"WAIT 1.5 ms", rdb, Options{Durable: &Durable{Replicas: 1, Timeout: 1500 * time.Microsecond}}, "Durable.Timeout must be a whole number of milliseconds from 1ms"},
 	} {
 		l, err := NewLimiter(c.rdb, c.opt)
@@ -46,9 +48,21 @@ func TestNewLimiterRefusesBadOptions(t *testing.T) {
 	for _, opt := range []Options{
 		{}, {Timeout: -1}, {JitterFraction: -1}, {JitterFraction: 1}, {OnError: PolicyDeny, Fallback: FallbackNever},
 		{Durable: &Durable{Replicas: 2, Timeout: time.Millisecond}},
+		{BlockCache: -1}, {BlockCache: 1}, {BlockCache: 1_000_000},
 	} {
 		if l, err := NewLimiter(rdb, opt); err != nil || l == nil {
 			t.Errorf("%+v: %v", opt, err)
+		}
+	}
+	// The block cache's size: 0 is the default, -1 none.
+	for n, want := range map[int]int{0: 10_000, -1: 0, 1: 1, 1_000_000: 1_000_000} {
+		l := mustLimiter(t, rdb, Options{BlockCache: n})
+		got := 0
+		if l.cache != nil {
+			got = l.cache.capacity
+		}
+		if got != want {
+			t.Errorf("BlockCache %d: %d entries, want %d", n, got, want)
 		}
 	}
 }

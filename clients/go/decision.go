@@ -13,6 +13,7 @@ const (
 	ViaCommand Via = "command" // the module (XCLOAK.ALLOW, XCLOAK.PEEK)
 	ViaScript  Via = "script"  // the bundled Lua script, on a server without the module
 	ViaError   Via = "error"   // the error policy: the server did not answer (Decision.Err says why)
+	ViaCache   Via = "cache"   // the block cache: a rejection answered without a call (Options.BlockCache)
 )
 
 // Decision is one decision: the contract's Decision (docs/clients.md), read
@@ -139,6 +140,13 @@ func (t TierState) msWindow() int64 {
 		return t.windowMs
 	}
 	return milliseconds(t.Window)
+}
+
+func (t TierState) msRetry() int64 {
+	if t.exact {
+		return t.retryMs
+	}
+	return milliseconds(t.RetryAfter)
 }
 
 func (t TierState) msReset() int64 {

@@ -58,6 +58,13 @@
 // same call runs the bundled Lua script, which keeps the same keys, replies
 // and errors (Options.Fallback).
 //
+// A Limiter remembers its rejections (the block cache, Options.BlockCache,
+// on by default): until the server's retry-after has passed on the local
+// monotonic clock, the same request on the same key is rejected without a
+// call (Via == ViaCache), so an attack on spent identities stays in the
+// process. Refund and Reset drop the key's entry first; Limiter.Stats
+// counts what it answered.
+//
 // Errors come in two kinds: *Error, the server refused the call (a bad
 // argument, WRONGTYPE, NOPERM), returned whatever the error policy; and an
 // outage or a timeout, which Options.OnError answers: an

@@ -32,7 +32,8 @@ func TestDurable(t *testing.T) {
 	rec := &recorder{}
 	rdb := primary.Client()
 	rdb.AddHook(rec)
-	l := mustLimiter(t, rdb, Options{Durable: &Durable{Replicas: 1, Timeout: 2 * time.Second}})
+	// No block cache: the rejections must reach the server (their WAITs are counted).
+	l := mustLimiter(t, rdb, Options{Durable: &Durable{Replicas: 1, Timeout: 2 * time.Second}, BlockCache: -1})
 	primary.ResetStats()
 	var stamp int64
 	for i := 0; i < 4; i++ {

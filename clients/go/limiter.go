@@ -72,6 +72,14 @@ type Options struct {
 	Clock Clock
 	// Rand, when set, is Acquire's source of u in [0, 1).
 	Rand func() float64
+	// BlockCache is the most keys the block cache holds (default 10,000;
+	// -1: no cache). After a rejection with a retry-after above 0, an Allow
+	// of the same key, window, limit and tiers, with a cost at least as
+	// large, is rejected without a call until that retry-after has passed
+	// on the local monotonic clock (Via == ViaCache). Peek, WithNow (and a
+	// Clock), Refund and Reset bypass it; Refund and Reset drop the key's
+	// entry first. Least recently used entries are evicted.
+	BlockCache int
 }
 
 // Limiter makes rate-limit decisions with XCLOAK.ALLOW on a go-redis client:
@@ -84,6 +92,7 @@ type Limiter struct {
 	jitter  float64
 	honored bool // the client applies context deadlines to its sockets
 	nodes   nodes
+	cache   *blockCache // nil: BlockCache -1
 }
 
 // NewLimiter returns a Limiter on rdb, or an *Error naming the option that
@@ -96,6 +105,8 @@ type Limiter struct {
 //   - Timeout is above 0 (0: the default 1 s; -1: none but the client's and
 //     the context's); ProbeInterval is 0 (the default 60 s) or above;
 //   - JitterFraction is from 0 to 1 (0: the default 0.1; -1: none);
+//   - BlockCache is from 1 to 1,000,000 entries (0: the default 10,000;
+//     -1: no block cache);
 //   - Durable: Replicas from 1, Timeout a whole number of milliseconds from
 //     1 ms (WAIT's 0 would block for ever), and rdb a *redis.Client,
 //     *redis.ClusterClient or *redis.Ring (WAIT follows the write on its
@@ -120,6 +131,13 @@ func NewLimiter(rdb redis.UniversalClient, opt Options) (*Limiter, error) {
 		opt.ProbeInterval = time.Minute
 	}
 	l := &Limiter{rdb: rdb, opt: opt, jitter: opt.JitterFraction}
+	switch opt.BlockCache {
+	case 0:
+		l.cache = newBlockCache(defaultBlockCache, nil)
+	case -1:
+	default:
+		l.cache = newBlockCache(opt.BlockCache, nil)
+	}
 	switch opt.JitterFraction {
 	case 0:
 		l.jitter = 0.1
@@ -159,6 +177,9 @@ func (opt Options) check(rdb redis.UniversalClient) error {
 	}
 	if f := opt.JitterFraction; f != -1 && !(f >= 0 && f <= 1) {
 		return refuse("Options.JitterFraction must be from 0 to 1 (0: the default 0.1; -1: none), not %v", f)
+	}
+	if n := opt.BlockCache; n < -1 || n > maxBlockCache {
+		return refuse("Options.BlockCache must be from 1 to %d entries (0: the default %d; -1: no block cache), not %d", maxBlockCache, defaultBlockCache, n)
 	}
 	if d := opt.Durable; d != nil {
 		if d.Replicas < 1 {
@@ -237,6 +258,9 @@ func (l *Limiter) refundBestEffort(ctx context.Context, key string, stamp int64,
 // refund sends XCLOAK.REFUND key stamp [COST cost]; key has its prefix.
 // wait: in durable mode, WAIT after it.
 func (l *Limiter) refund(ctx context.Context, key string, stamp int64, cost int, hasCost, wait bool) (int, error) {
+	if l.cache != nil {
+		l.cache.forget(key) // before sending: the window may open
+	}
 	args := make([]interface{}, argsAfterKey, argsAfterKey+3)
 	args = append(args, stamp)
 	if hasCost && cost != 1 {
@@ -255,6 +279,9 @@ func (l *Limiter) refund(ctx context.Context, key string, stamp int64, cost int,
 
 // Reset deletes the window at key (DEL) and reports whether there was one.
 func (l *Limiter) Reset(ctx context.Context, key string) (bool, error) {
+	if l.cache != nil {
+		l.cache.forget(l.opt.Prefix + key) // before sending: the window opens
+	}
 	cmd := redis.NewCmd(ctx, "DEL", l.opt.Prefix+key)
 	cmd.SetFirstKeyPos(1)
 	if err := l.send(ctx, cmd); err != nil {
@@ -283,6 +310,22 @@ func (l *Limiter) allow(ctx context.Context, c *call, withPolicy bool) (Decision
 		return Decision{}, c.err
 	}
 	windowMs := c.windowMs
+	// The block cache, unless the call carries NOW (WithNow, a Clock): a
+	// rejection it holds for this shape answers without a call.
+	cached := l.cache != nil && !c.hasNow
+	var s shape
+	var sent ticket
+	if cached {
+		s = shape{windowMs: c.windowMs, limit: c.limit, tiers: c.tiers, cost: 1}
+		if c.hasCost {
+			s.cost = c.cost
+		}
+		var hit Decision
+		var ok bool
+		if hit, sent, ok = l.cache.lookup(c.key, s); ok {
+			return hit, nil
+		}
+	}
 	durable := l.opt.Durable != nil
 	asked := c.stamp
 	if durable {
@@ -300,6 +343,11 @@ func (l *Limiter) allow(ctx context.Context, c *call, withPolicy bool) (Decision
 		return Decision{}, err
 	}
 	r.Via = out.via
+	if cached {
+		l.cache.record(c.key, s, sent, r)
+	} else if l.cache != nil && r.Allowed {
+		l.cache.forget(c.key)
+	}
 	if durable && r.Allowed && out.acked < int64(l.opt.Durable.Replicas) {
 		// Acknowledged by fewer replicas than asked: a failover could lose
 		// it, so it is not reported as a plain success.
@@ -332,6 +380,15 @@ func (l *Limiter) policy(ctx context.Context, err error, limit int, windowMs int
 		return policyDecision(false, limit, windowMs, unavailable.Cause), nil
 	}
 	return Decision{}, err
+}
+
+// Stats are the Limiter's counters: the calls its block cache answered,
+// and the entries it holds (zero without a block cache).
+func (l *Limiter) Stats() Stats {
+	if l.cache == nil {
+		return Stats{}
+	}
+	return l.cache.stats()
 }
 
 // now is the Limiter's time: its Clock's, or the wall clock.

@@ -25,7 +25,8 @@ ErrorPolicy.raise ErrorPolicy.allow ErrorPolicy.deny Fallback.auto Fallback.alwa
 headers.style headers.names Style.ietf Style.legacy Style.both
 XcloakError UnavailableError NotReplicated
 middleware middleware.limit middleware.key middleware.trust_proxies middleware.skip_successful
-middleware.skip_failed middleware.request_result`)
+middleware.skip_failed middleware.request_result
+option.block_cache Limiter.stats Stats Stats.cache_hits Stats.cache_entries Via.cache`)
 
 // standardMethods implement the standard library's interfaces (error,
 // errors.Is/Unwrap, fmt.Stringer): they are no name of the design.

@@ -21,7 +21,9 @@
 // Each request is admitted by every limit or by none (Limiter.AllowAll, on
 // the keys rl:<name>:<client key>). A rejected one gets 429 Too Many
 // Requests with RateLimit-Policy, RateLimit and Retry-After (Options.Style
-// picks the fields); an admitted one gets the same headers. When Redis does
+// picks the fields); an admitted one gets the same headers. A rejection the
+// Limiter's block cache answers (xcloak.Options.BlockCache) is the same 429
+// with the same headers, its Retry-After counting down, and sends nothing. When Redis does
 // not answer, the Limiter's error policy decides: PolicyRaise answers with
 // Options.ErrorHandler (by default a line in the standard logger and 500), PolicyAllow serves the request
 // without headers, PolicyDeny answers 503 Service Unavailable.

@@ -297,6 +297,11 @@ func (srv *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 func (srv *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	srv.Service.Metrics().WritePrometheus(w)
+	// The block cache (XCLOAK_BLOCK_CACHE): the calls it answered without
+	// Redis, and the keys it holds.
+	st := srv.Service.limiter.Stats()
+	fmt.Fprintf(w, "# TYPE xcloak_block_cache_hits counter\nxcloak_block_cache_hits %d\n", st.CacheHits)
+	fmt.Fprintf(w, "# TYPE xcloak_block_cache_entries gauge\nxcloak_block_cache_entries %d\n", st.CacheEntries)
 }
 
 // grpcStatus maps a ShouldRateLimit error to an HTTP status for /json.

@@ -273,7 +273,7 @@ func TestSettings(t *testing.T) {
 	for name, value := range map[string]string{
 		"REDIS_TYPE": "ring", "NEAR_LIMIT_RATIO": "2", "XCLOAK_ON_ERROR": "open", "REDIS_POOL_SIZE": "0",
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "yes please", "GRPC_MAX_CONNECTION_AGE": "a day", "BACKEND_TYPE": "memcache", "XCLOAK_TIMEOUT": "-1s",
-		"XCLOAK_MAX_STATS_KEYS": "0",
+		"XCLOAK_MAX_STATS_KEYS": "0", "XCLOAK_BLOCK_CACHE": "-1",
 	} {
 		_, err := ratelimit.LoadSettings(env(map[string]string{name: value}))
 		if err == nil || !strings.HasPrefix(err.Error(), name+": ") {

@@ -57,6 +57,9 @@ type Settings struct {
 	LogLevel, LogFormat string
 	// MaxStatsKeys bounds the limits' counters (XCLOAK_MAX_STATS_KEYS).
 	MaxStatsKeys int
+	// BlockCache is the most keys the Limiter's block cache holds
+	// (XCLOAK_BLOCK_CACHE, default 10,000; 0: no block cache).
+	BlockCache int
 
 	// Ignored lists the reference's variables set in the environment that
 	// this service does not honour (said at startup).
@@ -180,6 +183,7 @@ func LoadSettings(getenv func(string) string) (*Settings, error) {
 	}
 	s.Timeout = duration("XCLOAK_TIMEOUT", time.Second)
 	s.MaxStatsKeys = integer("XCLOAK_MAX_STATS_KEYS", DefaultMaxStatsKeys, 1, 10_000_000)
+	s.BlockCache = integer("XCLOAK_BLOCK_CACHE", 10_000, 0, 1_000_000)
 	s.LogLevel = strings.ToLower(env("LOG_LEVEL", "warn"))
 	s.LogFormat = strings.ToLower(env("LOG_FORMAT", "text"))
 	if err != nil {
@@ -295,7 +299,11 @@ func (s *Settings) RedisClient() redis.UniversalClient {
 
 // LimiterOptions are the xcloak.Options of the settings.
 func (s *Settings) LimiterOptions() xcloak.Options {
-	return xcloak.Options{Prefix: s.KeyPrefix, OnError: s.OnError, Timeout: s.Timeout, Fallback: s.Fallback, Durable: s.Durable}
+	blockCache := s.BlockCache
+	if blockCache == 0 {
+		blockCache = -1 // XCLOAK_BLOCK_CACHE=0: off (Options.BlockCache's 0 is its default)
+	}
+	return xcloak.Options{Prefix: s.KeyPrefix, OnError: s.OnError, Timeout: s.Timeout, Fallback: s.Fallback, Durable: s.Durable, BlockCache: blockCache}
 }
 
 // ServiceOptions are the Service's options of the settings.

@@ -2,8 +2,10 @@
 # The Java core's bench (clients/java/README.md, Benchmarks): Limiter.allow per call against a
 # raw Lettuce dispatch of the same XCLOAK.ALLOW ... DETAILS on the same connection, in
 # alternating blocks on one redis-server with the module ($XCLOAK_MODULE); then a block-cache hit
-# against a server rejection, and the cache's memory per entry. ROUNDS (default 60) blocks of 200.
-#   clients/java/bench/bench.sh
+# against a server rejection, and the cache's memory per entry. ROUNDS (default 20) blocks of 2000.
+# `bench.sh attack [IDENTITIES ROUNDS]`: the block cache against an attack (default 1000 x 100),
+# the cache on and off.
+#   clients/java/bench/bench.sh [attack [IDENTITIES ROUNDS]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=${XCLOAK_REPO:-$(cd ../.. && pwd)}
@@ -23,4 +25,4 @@ done
 pid=$!
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
 echo "== clients/java bench: $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores, $(java -version 2>&1 | head -1)"
-java -cp "xcloak/target/classes:xcloak/target/test-classes:$(cat xcloak/target/bench-classpath.txt)" io.xcloak.Bench "$port" "${ROUNDS:-60}"
+java -cp "xcloak/target/classes:xcloak/target/test-classes:$(cat xcloak/target/bench-classpath.txt)" io.xcloak.Bench "$port" "${@:-${ROUNDS:-20}}"

@@ -8,8 +8,11 @@ import { argumentError, checkNumber, show } from './validate.js';
 /** A tier after the positional one: `[window, limit]` or `{ window, limit }` (milliseconds). */
 export type TierSpec = readonly [number, number] | { readonly window: number; readonly limit: number };
 
-/** Who decided: the module, the bundled Lua script, or the error policy. */
-export type Via = 'command' | 'script' | 'error';
+/**
+ * Who decided: the module, the bundled Lua script, the error policy, or the
+ * block cache (a rejection repeated without a call: docs/clients.md, Block cache).
+ */
+export type Via = 'command' | 'script' | 'error' | 'cache';
 
 /** One tier's state, in the order the tiers were given (tier 0 is the positional pair). */
 export interface TierState {

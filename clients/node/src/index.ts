@@ -6,6 +6,7 @@
 //   if (!d.allowed) response.writeHead(429, headers(d)).end();
 //
 // decision.ts is the pure core (reply -> Decision -> headers, acquire's step);
+// block-cache.ts the block cache (pure: rejections repeated without a call);
 // validate.ts the client's own argument checks; limiter.ts sends;
 // ioredis-transport.ts and node-redis.ts are the transports; the
 // adapters live in their own entry points (xcloak/express, xcloak/fastify,
@@ -38,6 +39,7 @@ export type {
 } from './decision.js';
 export { XcloakError, XcloakNotReplicatedError, XcloakTimeoutError, XcloakUnavailableError } from './errors.js';
 export { Limiter } from './limiter.js';
+export type { Stats } from './block-cache.js';
 export type {
   AcquireOptions,
   AllowAllOptions,

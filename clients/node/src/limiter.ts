@@ -28,12 +28,13 @@ import {
   isUnknownCommand,
   toXcloakError,
 } from './errors.js';
+import { BlockCache, DEFAULT_BLOCK_CACHE, MAX_BLOCK_CACHE, type Stats } from './block-cache.js';
 import { DeadlineQueue, type Deadline } from './deadline.js';
 import { IoredisTransport, type IoredisClient } from './ioredis-transport.js';
 import { NodeRedisTransport, isNodeRedis, type NodeRedisClient } from './node-redis.js';
 import { SCRIPTS } from './scripts.js';
 import type { Transport } from './transport.js';
-import { argumentError, checkBoolean, checkChoice, checkKeys, checkMs, show } from './validate.js';
+import { argumentError, checkBoolean, checkChoice, checkKeys, checkMs, integerIn, show } from './validate.js';
 
 /**
  * What a Limiter takes: an ioredis `Redis` or `Cluster` (ioredis 5 and 6), a
@@ -86,9 +87,16 @@ export interface LimiterOptions {
   readonly random?: () => number;
   /** acquire's jitter: up to this fraction of the retry-after is added (default 0.1). */
   readonly jitterFraction?: number;
+  /**
+   * The block cache's capacity, in keys (default 10 000; 0 turns it off): a
+   * key the server rejected is answered locally, rejected (`via: 'cache'`),
+   * with no call, until its retry-after has passed (docs/clients.md, Block
+   * cache). An integer from 0 to 1 000 000.
+   */
+  readonly blockCache?: number;
 }
 
-const LIMITER_OPTIONS = ['prefix', 'fallback', 'probeInterval', 'onError', 'replicaReads', 'timeout', 'durable', 'clock', 'random', 'jitterFraction'];
+const LIMITER_OPTIONS = ['prefix', 'fallback', 'probeInterval', 'onError', 'replicaReads', 'timeout', 'durable', 'clock', 'random', 'jitterFraction', 'blockCache'];
 const ALLOW_OPTIONS = ['cost', 'tiers', 'stamp', 'now'];
 const PEEK_OPTIONS = ['cost', 'tiers', 'now', 'oldest'];
 const REFUND_OPTIONS = ['cost'];
@@ -212,6 +220,8 @@ export class Limiter {
   /** Calls with the limiter's timeout; calls that also WAIT (durable) get the WAIT's timeout on top. */
   private readonly deadlines: DeadlineQueue;
   private readonly writeDeadlines: DeadlineQueue;
+  /** Undefined when `blockCache` is 0. */
+  private readonly cache: BlockCache | undefined;
 
   constructor(client: RedisClient, options: LimiterOptions = {}) {
     checkKeys('Limiter options', options, LIMITER_OPTIONS);
@@ -243,9 +253,16 @@ export class Limiter {
     this.deadlines = new DeadlineQueue(this.timeout);
     this.writeDeadlines = this.durable ? new DeadlineQueue(this.timeout + this.durable.timeout) : this.deadlines;
     this.single = this.transport.cluster ? undefined : { script: false, since: 0, readOnlyScripts: undefined };
+    const capacity = options.blockCache === undefined ? DEFAULT_BLOCK_CACHE : integerIn('blockCache', options.blockCache, 0, MAX_BLOCK_CACHE, ' (entries)');
+    this.cache = capacity > 0 ? new BlockCache(capacity) : undefined;
     this.clockGiven = options.clock !== undefined;
     this.clock = options.clock ?? realClock;
     this.random = options.random ?? Math.random;
+  }
+
+  /** What the block cache saved: the calls it answered, and the keys it holds now (zeros when it is off). */
+  get stats(): Stats {
+    return this.cache ? this.cache.stats : { cacheHits: 0, cacheEntries: 0 };
   }
 
   /** One request against `key`: at most `limit` per `window` ms (and each tier's), `cost` units. */
@@ -260,8 +277,18 @@ export class Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (this.durable) return this.decide(spec, this.allowOnce(spec, command, options.stamp === true));
-    return this.decideNow('allow', spec, command, this.deadlines);
+    // The block cache: a call with NOW (explicit, or the limiter's clock) never meets it.
+    let sentAt: number | undefined;
+    if (this.cache !== undefined && spec.now === undefined) {
+      const cached = this.cache.lookup(spec);
+      if (cached !== undefined) return Promise.resolve(cached);
+      sentAt = this.cache.now(); // before sending: a cached deadline can only be early
+    }
+    if (this.durable) {
+      const decided = this.decide(spec, this.allowOnce(spec, command, options.stamp === true));
+      return sentAt === undefined ? decided : decided.then((d) => this.remember(spec, sentAt, d));
+    }
+    return this.decideNow('allow', spec, command, this.deadlines, sentAt);
   }
 
   /** What `allow` would decide now; records nothing. Goes to a replica where the client reads from replicas. */
@@ -285,6 +312,7 @@ export class Limiter {
     checkKeys('refund options', options, REFUND_OPTIONS);
     const fullKey = this.prefix + key;
     const command = refundCommand(fullKey, stamp, options.cost);
+    this.cache?.forget(fullKey); // before sending: the window may open now
     try {
       return await this.writeDeadlines.run(async (deadline) => {
         const { reply } = await this.exec('refund', command, deadline);
@@ -301,6 +329,7 @@ export class Limiter {
   async reset(key: string): Promise<boolean> {
     checkKey(key);
     const fullKey = this.prefix + key;
+    this.cache?.forget(fullKey);
     return Number(await this.command(['DEL', fullKey])) > 0;
   }
 
@@ -360,10 +389,20 @@ export class Limiter {
     const specs = requests.map((r) => this.spec(r.key, r.window, r.limit, r.cost, r.tiers, now, true));
     specs.forEach((spec) => allowCommand(spec)); // refuses a bad window before anything is sent
     const decisions: Decision[] = [];
+    const cache = now === undefined ? this.cache : undefined;
     for (let j = 0; j < specs.length; j++) {
+      // A request the block cache rejects is rejected at j as the server would: no call.
+      const cached = cache?.lookup(specs[j]!);
+      if (cached !== undefined) {
+        decisions.push(cached);
+        await this.refundAll(specs, decisions.slice(0, j));
+        return multiDecision(decisions, j);
+      }
+      const sentAt = cache?.now();
       let decision: Decision;
       try {
         decision = await this.allowOnce(specs[j]!);
+        if (sentAt !== undefined) cache!.record(specs[j]!, sentAt, decision);
       } catch (error) {
         await this.refundAll(specs, decisions);
         const failure = toXcloakError(error);
@@ -444,7 +483,7 @@ export class Limiter {
    * One ALLOW (not durable) or PEEK, the hot path: one promise around the
    * transport's, the deadline from the limiter's queue, the policy on failure.
    */
-  private decideNow(kind: 'allow' | 'peek', spec: CallSpec, command: string[], queue: DeadlineQueue): Promise<Decision> {
+  private decideNow(kind: 'allow' | 'peek', spec: CallSpec, command: string[], queue: DeadlineQueue, sentAt?: number): Promise<Decision> {
     return new Promise<Decision>((resolve, reject) => {
       const fail = (error: unknown) => {
         const failure = toXcloakError(error);
@@ -456,7 +495,9 @@ export class Limiter {
         (sent) => {
           if (!queue.settle(deadline)) return;
           try {
-            resolve(decisionFromReply(sent.reply, spec, sent.via));
+            const decision = decisionFromReply(sent.reply, spec, sent.via);
+            if (sentAt !== undefined) this.cache!.record(spec, sentAt, decision);
+            resolve(decision);
           } catch (error) {
             reject(error);
           }
@@ -466,6 +507,12 @@ export class Limiter {
         },
       );
     });
+  }
+
+  /** Records a server decision in the block cache; returns it. */
+  private remember(spec: CallSpec, sentAt: number, decision: Decision): Decision {
+    this.cache!.record(spec, sentAt, decision);
+    return decision;
   }
 
   /** Applies the error policy to an outage; a refusal by the server is always thrown. */
@@ -492,6 +539,7 @@ export class Limiter {
 
   /** A refund whose failure leaves the admission in place: the window stays conservative, never generous. */
   private async refundBestEffort(fullKey: string, stamp: number, cost?: number): Promise<void> {
+    this.cache?.forget(fullKey);
     try {
       await this.deadlines.run((deadline) => this.exec('refund', refundCommand(fullKey, stamp, cost), deadline));
     } catch {

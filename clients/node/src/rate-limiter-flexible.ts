@@ -230,7 +230,9 @@ export class RateLimiterXcloak extends RateLimiterCompatibleAbstract {
     for (let attempt = 0; attempt < 4 && want > 0; attempt++) {
       last = await this.limiter.allow(rlKey, this.window, this.points, { cost: want, tiers: this.tiers });
       if (last.allowed || last.via === 'error') break;
-      want = Math.min(want, room(last));
+      // A cached rejection says no room for this cost, not how much there is: ask.
+      const known = last.via === 'cache' ? await this.limiter.peek(rlKey, this.window, this.points, { cost: want, tiers: this.tiers }) : last;
+      if (!known.allowed) want = Math.min(want, room(known));
     }
     if (!last || want === 0) last = await this.limiter.peek(rlKey, this.window, this.points, { tiers: this.tiers });
     return res(last.allowed ? last.remaining : room(last), last.resetAfter, last.limit - last.remaining, false, last);

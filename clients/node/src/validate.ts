@@ -31,7 +31,7 @@ export function show(value: unknown): string {
   return String(value);
 }
 
-function integerIn(name: string, value: unknown, min: number, max: number, unit = ''): number {
+export function integerIn(name: string, value: unknown, min: number, max: number, unit = ''): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     throw argumentError(`${name} must be an integer from ${min} to ${max}${unit}, got ${show(value)}`);
   }

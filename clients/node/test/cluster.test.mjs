@@ -265,7 +265,8 @@ describe('a 3+3 cluster where one primary lacks the module', () => {
   test('the fallback is chosen per node, and MODULE LOAD there moves that node back to the command', async () => {
     const clients = await Promise.all(LIBRARIES.map((library) => connectCluster(library, cluster.nodes[1].port)));
     try {
-      const limiters = clients.map((client, n) => new Limiter(client, { prefix: `${LIBRARIES[n]}:`, probeInterval: 300 }));
+      // blockCache 0: the rejections after MODULE LOAD must reach the node (the block cache would answer them).
+      const limiters = clients.map((client, n) => new Limiter(client, { prefix: `${LIBRARIES[n]}:`, probeInterval: 300, blockCache: 0 }));
       const keys = Array.from({ length: 60 }, (_, i) => `k${i}`);
       for (const [n, limiter] of limiters.entries()) {
         const owners = await Promise.all(keys.map((k) => cluster.ownerOf(`${LIBRARIES[n]}:${k}`)));

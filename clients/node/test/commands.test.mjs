@@ -2,7 +2,10 @@
 // (INFO commandstats, reset before each workload): one XCLOAK.ALLOW per limit
 // is the floor, and each integration sends exactly that, admitted or
 // rejected; skip* adds one XCLOAK.REFUND per refunded request, blocks (a
-// rate-limiter-flexible option) one PTTL. The server CPU per request
+// rate-limiter-flexible option) one PTTL. With the block cache on (the
+// default), a key's rejections after the first are answered without a call:
+// each workload runs with `blockCache: 0` (the floor) and with the default.
+// The server CPU per request
 // (commandstats usec) is printed beside XCLOAK.ALLOW's own per-call figure
 // (node --test reports the diagnostics).
 import assert from 'node:assert/strict';
@@ -51,23 +54,30 @@ async function listen(app) {
   return { url: `http://127.0.0.1:${listener.address().port}`, close: () => new Promise((resolve) => listener.close(resolve)) };
 }
 
+/** A Limiter with the block cache off (0) or at its default (undefined). */
+const limiterOf = (blockCache) => new Limiter(client, blockCache === undefined ? {} : { blockCache });
+const CACHES = [
+  ['cache off', 0],
+  ['cache on', undefined],
+];
+
 const SITES = {
-  express: async (limits, extra = {}) => {
+  express: async (limits, extra, blockCache) => {
     const app = express();
-    app.use(expressRateLimit({ limiter: new Limiter(client), limits, ...extra }));
+    app.use(expressRateLimit({ limiter: limiterOf(blockCache), limits, ...extra }));
     app.get('/', (req, res) => res.send('ok'));
     return listen(app);
   },
-  fastify: async (limits, extra = {}) => {
+  fastify: async (limits, extra, blockCache) => {
     const app = Fastify();
-    app.addHook('onRequest', fastifyRateLimit({ limiter: new Limiter(client), limits, ...extra }));
+    app.addHook('onRequest', fastifyRateLimit({ limiter: limiterOf(blockCache), limits, ...extra }));
     app.get('/', async () => 'ok');
     await app.listen({ port: 0, host: '127.0.0.1' });
     return { url: `http://127.0.0.1:${app.server.address().port}`, close: () => app.close() };
   },
-  'express-rate-limit': async (limits, extra = {}) => {
+  'express-rate-limit': async (limits, extra, blockCache) => {
     const app = express();
-    app.use(erlRateLimit({ windowMs: limits.window, limit: limits.limit, store: new XcloakStore({ limiter: new Limiter(client) }), ...extra }));
+    app.use(erlRateLimit({ windowMs: limits.window, limit: limits.limit, store: new XcloakStore({ limiter: limiterOf(blockCache) }), ...extra }));
     app.get('/', (req, res) => res.send('ok'));
     return listen(app);
   },
@@ -93,41 +103,52 @@ function report(t, what, counts) {
 
 describe('commands per request, counted by the server', () => {
   for (const name of Object.keys(SITES)) {
-    test(`${name}: one XCLOAK.ALLOW per request, admitted or rejected, nothing else`, async (t) => {
-      const site = await SITES[name]({ window: 60000, limit: LIMIT });
-      try {
-        const { statuses, counts } = await measure(async () => (await fetch(`${site.url}/`)).status);
-        assert.equal(statuses.filter((s) => s === 200).length, LIMIT);
-        assert.equal(statuses.filter((s) => s === 429).length, REQUESTS - LIMIT);
-        assert.deepEqual(Object.keys(counts), ['xcloak.allow']);
-        assert.equal(counts['xcloak.allow'][0], REQUESTS);
-        report(t, name, counts);
-      } finally {
-        await site.close();
+    test(`${name}: one XCLOAK.ALLOW per request, admitted or rejected, nothing else; with the cache, none after the first rejection`, async (t) => {
+      for (const [cache, blockCache] of CACHES) {
+        await server.admin.flushall();
+        const site = await SITES[name]({ window: 60000, limit: LIMIT }, {}, blockCache);
+        try {
+          const { statuses, counts } = await measure(async () => (await fetch(`${site.url}/`)).status);
+          assert.equal(statuses.filter((s) => s === 200).length, LIMIT);
+          assert.equal(statuses.filter((s) => s === 429).length, REQUESTS - LIMIT);
+          assert.deepEqual(Object.keys(counts), ['xcloak.allow']);
+          assert.equal(counts['xcloak.allow'][0], blockCache === 0 ? REQUESTS : LIMIT + 1, cache);
+          report(t, `${name}, ${cache}`, counts);
+        } finally {
+          await site.close();
+        }
       }
     });
   }
 
   test('express with two limits: two XCLOAK.ALLOW per admitted request (allowAll), plus the refund of a rejected one\'s first', async (t) => {
-    const site = await SITES.express([
-      { name: 'wide', window: 60000, limit: 1000 },
-      { name: 'ip', window: 60000, limit: LIMIT },
-    ]);
-    try {
-      const { counts } = await measure(async () => (await fetch(`${site.url}/`)).status);
-      assert.deepEqual(Object.keys(counts).sort(), ['xcloak.allow', 'xcloak.refund']);
-      assert.equal(counts['xcloak.allow'][0], 2 * REQUESTS);
-      assert.equal(counts['xcloak.refund'][0], REQUESTS - LIMIT, 'the first limit refunded when the second rejects');
-      report(t, 'express, two limits', counts);
-    } finally {
-      await site.close();
+    for (const [cache, blockCache] of CACHES) {
+      await server.admin.flushall();
+      const site = await SITES.express(
+        [
+          { name: 'wide', window: 60000, limit: 1000 },
+          { name: 'ip', window: 60000, limit: LIMIT },
+        ],
+        {},
+        blockCache,
+      );
+      try {
+        const { counts } = await measure(async () => (await fetch(`${site.url}/`)).status);
+        assert.deepEqual(Object.keys(counts).sort(), ['xcloak.allow', 'xcloak.refund']);
+        // With the cache, the second limit of a blocked client is answered locally: one ALLOW per rejected request, after the first.
+        assert.equal(counts['xcloak.allow'][0], blockCache === 0 ? 2 * REQUESTS : 2 * LIMIT + 2 + (REQUESTS - LIMIT - 1), cache);
+        assert.equal(counts['xcloak.refund'][0], REQUESTS - LIMIT, 'the first limit refunded when the second rejects');
+        report(t, `express, two limits, ${cache}`, counts);
+      } finally {
+        await site.close();
+      }
     }
   });
 
   test('rate-limiter-flexible consume: one XCLOAK.ALLOW; with blockDuration one PTTL more (and one SET at the first rejection)', async (t) => {
     for (const blockDuration of [0, 5]) {
       await server.admin.flushall();
-      const rl = new RateLimiterXcloak({ limiter: new Limiter(client), points: LIMIT, duration: 60, blockDuration });
+      const rl = new RateLimiterXcloak({ limiter: limiterOf(0), points: LIMIT, duration: 60, blockDuration });
       const { statuses, counts } = await measure(() => rl.consume('u').then(() => 200, () => 429));
       assert.equal(statuses.filter((s) => s === 200).length, LIMIT);
       if (blockDuration === 0) {

@@ -78,6 +78,10 @@ export function refused(): void {
   void new Limiter(redis, { errorPolicy: 'deny' });
   // @ts-expect-error: tiers, not teirs
   void limiter.allow('k', 60_000, 10, { teirs: [[3_600_000, 100]] });
+  // @ts-expect-error: blockCache is a number of entries
+  void new Limiter(redis, { blockCache: '100' });
+  // @ts-expect-error: stats is read-only (a getter)
+  limiter.stats = { cacheHits: 0, cacheEntries: 0 };
   const fields: Record<string, string> = headers({} as Decision, { style: 'both' });
   void fields;
 }
@@ -86,6 +90,9 @@ void fastifyRateLimit({ limiter, limits: { window: 60_000, limit: 100 } });
 void new RateLimiterXcloak({ limiter, points: 10, duration: 60 });
 void new XcloakStore({ limiter });
 void xcloakCommand;
+const saved: Stats = new Limiter(redis, { blockCache: 100 }).stats;
+const via: Decision['via'] = 'cache';
+void [saved.cacheHits, saved.cacheEntries, via];
 async function main(): Promise<void> {
   const d: Decision = await limiter.allow(process.env.CHECK_KEY ?? 'package:check', 60_000, 10, { cost: 2, tiers: [[3_600_000, 100]], stamp: true });
   console.log(JSON.stringify({ allowed: d.allowed, remaining: d.remaining, via: d.via, stamp: typeof d.stamp }));
@@ -101,6 +108,8 @@ describe('the npm pack tarball', () => {
     for (const entry of ['index', 'ioredis', 'express', 'fastify', 'rate-limiter-flexible', 'express-rate-limit']) {
       for (const ext of ['.js', '.d.ts', '.mjs', '.d.mts']) assert.ok(files.includes(`dist/${entry}${ext}`), `dist/${entry}${ext}`);
     }
+    // The block cache: no entry point of its own; index.d.ts imports its Stats.
+    for (const f of ['dist/block-cache.js', 'dist/block-cache.d.ts']) assert.ok(files.includes(f), f);
     assert.ok(!files.some((f) => f.startsWith('test/') || f.startsWith('src/') || f.startsWith('node_modules/')), files.join(' '));
   });
 
@@ -112,7 +121,7 @@ describe('the npm pack tarball', () => {
     );
     writeFileSync(
       path.join(dir, 'index.ts'),
-      `import Redis from 'ioredis';\nimport { createClient, createCluster } from 'redis';\nimport { Limiter, headers, type Decision } from 'xcloak';\n` +
+      `import Redis from 'ioredis';\nimport { createClient, createCluster } from 'redis';\nimport { Limiter, headers, type Decision, type Stats } from 'xcloak';\n` +
         `import { rateLimit as expressRateLimit } from 'xcloak/express';\nimport { rateLimit as fastifyRateLimit } from 'xcloak/fastify';\n` +
         `import { RateLimiterXcloak } from 'xcloak/rate-limiter-flexible';\nimport { XcloakStore } from 'xcloak/express-rate-limit';\nimport { xcloakCommand } from 'xcloak/ioredis';\n${TYPED}`,
     );
@@ -132,7 +141,7 @@ describe('the npm pack tarball', () => {
     );
     writeFileSync(
       path.join(dir, 'index.ts'),
-      `import { Redis } from 'ioredis';\nimport { createClient, createCluster } from 'redis';\nimport { Limiter, headers, type Decision } from 'xcloak';\n` +
+      `import { Redis } from 'ioredis';\nimport { createClient, createCluster } from 'redis';\nimport { Limiter, headers, type Decision, type Stats } from 'xcloak';\n` +
         `import { rateLimit as expressRateLimit } from 'xcloak/express';\nimport { rateLimit as fastifyRateLimit } from 'xcloak/fastify';\n` +
         `import { RateLimiterXcloak } from 'xcloak/rate-limiter-flexible';\nimport { XcloakStore } from 'xcloak/express-rate-limit';\nimport { xcloakCommand } from 'xcloak/ioredis';\n${TYPED}`,
     );

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, ConnectionLike, RedisResult, Value};
 
+use crate::cache::Stats;
 use crate::decision::{Decision, MultiDecision};
 use crate::engine::{timeout_error, Config, Engine, Io, Shared, Then};
 use crate::error::{Error, ErrorPolicy};
@@ -187,8 +188,8 @@ impl Builder<redis::Client> {
                 client,
                 idle: Mutex::new(Vec::new()),
             }),
+            shared: Arc::new(Shared::new(config.block_cache)),
             config: Arc::new(config),
-            shared: Arc::new(Shared::new()),
         })
     }
 }
@@ -196,13 +197,14 @@ impl Builder<redis::Client> {
 impl Limiter {
     /// A limiter with the defaults (see [`crate::Limiter::new`]).
     pub fn new(client: redis::Client) -> Limiter {
+        let config = Config::default();
         Limiter {
             pool: Arc::new(Pool {
                 client,
                 idle: Mutex::new(Vec::new()),
             }),
-            config: Arc::new(Config::default()),
-            shared: Arc::new(Shared::new()),
+            shared: Arc::new(Shared::new(config.block_cache)),
+            config: Arc::new(config),
         }
     }
 
@@ -228,6 +230,11 @@ impl Limiter {
             config: &self.config,
             shared: &self.shared,
         }
+    }
+
+    /// See [`crate::Limiter::stats`].
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
     }
 
     /// See [`crate::Limiter::allow`].

@@ -18,6 +18,9 @@ pub enum Via {
     Script,
     /// The error policy: there was no answer ([`Decision::error`] says why).
     Error,
+    /// The block cache: a rejection the server gave this key moments ago,
+    /// counted down, without a call ([`Builder::block_cache`](crate::Builder::block_cache)).
+    Cache,
 }
 
 /// One tier of a decision made with tiers, in the order given.

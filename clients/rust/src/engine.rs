@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, RedisError, RedisResult, Value};
 
+use crate::cache::{BlockCache, Stats, DEFAULT_ENTRIES, MAX_ENTRIES};
 use crate::clock::{acquire_step, default_random, AcquireStep, Clock};
 use crate::decision::{Decision, MultiDecision, Via};
 use crate::error::{Cause, Error, ErrorPolicy};
@@ -66,6 +67,8 @@ pub(crate) struct Config {
     pub clock: Option<Arc<dyn Clock>>,
     pub random: Random,
     pub jitter_fraction: f64,
+    /// The block cache's entries; 0: no cache.
+    pub block_cache: usize,
 }
 
 impl Default for Config {
@@ -81,6 +84,7 @@ impl Default for Config {
             clock: None,
             random: Arc::new(default_random()),
             jitter_fraction: 0.1,
+            block_cache: DEFAULT_ENTRIES,
         }
     }
 }
@@ -128,6 +132,15 @@ impl Config {
                 message: format!("jitter_fraction must be from 0 to 1, not {}", self.jitter_fraction),
             });
         }
+        if self.block_cache > MAX_ENTRIES {
+            return Err(Error::Argument {
+                name: "block_cache".into(),
+                message: format!(
+                    "block_cache must be from 0 (no cache) to {MAX_ENTRIES} entries, not {}",
+                    self.block_cache
+                ),
+            });
+        }
         Ok(())
     }
 }
@@ -163,8 +176,8 @@ enum Topology {
     Unknown,
 }
 
-/// The fallback's state, shared by every limiter made from one another
-/// (`Limiter::with_on_error`).
+/// The fallback's state and the block cache, shared by every limiter made
+/// from one another (`Limiter::with_on_error`).
 pub(crate) struct Shared {
     allow: Script,
     peek: Script,
@@ -173,10 +186,15 @@ pub(crate) struct Shared {
     any_script: AtomicBool,
     nodes: Mutex<HashMap<String, NodeState>>,
     topology: Mutex<Option<(Instant, Arc<Topology>)>>,
+    /// `None` when off. Locked for a lookup or a record, never across a call.
+    cache: Option<Mutex<BlockCache>>,
+    /// The origin of the cache's monotonic times.
+    origin: Instant,
 }
 
 impl Shared {
-    pub(crate) fn new() -> Shared {
+    /// The state of a new limiter with a block cache of `block_cache` entries (0: none).
+    pub(crate) fn new(block_cache: usize) -> Shared {
         Shared {
             allow: Script::new(ALLOW_SCRIPT),
             peek: Script::new(PEEK_SCRIPT),
@@ -184,8 +202,23 @@ impl Shared {
             any_script: AtomicBool::new(false),
             nodes: Mutex::new(HashMap::new()),
             topology: Mutex::new(None),
+            cache: (block_cache > 0).then(|| Mutex::new(BlockCache::new(block_cache))),
+            origin: Instant::now(),
         }
     }
+
+    pub(crate) fn stats(&self) -> Stats {
+        self.cache.as_ref().map_or_else(Stats::default, |c| lock(c).stats())
+    }
+
+    /// The time on the cache's monotonic clock.
+    fn mono(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What follows a reply on its connection: `Some(WAIT ...)` after a write.
@@ -337,7 +370,7 @@ impl<I: Io> Engine<'_, I> {
             },
         )?;
         let result = self
-            .allow_once(&request, self.deadline(true))
+            .allow_cached(&request, self.deadline(true))
             .await
             .map(|mut decision| {
                 if !asked {
@@ -346,6 +379,36 @@ impl<I: Io> Engine<'_, I> {
                 decision
             });
         self.policy(&request, result)
+    }
+
+    /// `allow_once` through the block cache: a request the cache holds a
+    /// rejection for is answered without a call; the server's decision is
+    /// recorded. A request with `NOW` (given, or from the limiter's clock)
+    /// bypasses it: its time is not the cache's.
+    async fn allow_cached(&self, request: &Request, deadline: Instant) -> Result<Decision, Error> {
+        let Some(cache) = self.shared.cache.as_ref().filter(|_| request.now.is_none()) else {
+            return self.allow_once(request, deadline).await;
+        };
+        let sent_at = self.shared.mono();
+        let (hit, forgets) = {
+            let mut cache = lock(cache);
+            (cache.lookup(request, sent_at), cache.forgets())
+        };
+        if let Some(decision) = hit {
+            return Ok(decision);
+        }
+        let result = self.allow_once(request, deadline).await;
+        if let Ok(decision) = &result {
+            lock(cache).record_since(request, decision, sent_at, forgets);
+        }
+        result
+    }
+
+    /// Drops `key`'s block cache entry (before a refund or a reset of it).
+    fn forget(&self, key: &str) {
+        if let Some(cache) = &self.shared.cache {
+            lock(cache).forget(key);
+        }
     }
 
     async fn allow_once(&self, request: &Request, deadline: Instant) -> Result<Decision, Error> {
@@ -417,6 +480,8 @@ impl<I: Io> Engine<'_, I> {
 
     /// `refund` on `key` (the prefix already on it; `refund.key` is not read).
     async fn refund_once(&self, key: &str, refund: &Refund, wait: bool, deadline: Instant) -> Result<u64, Error> {
+        // The window may open before the held deadline: never hold it past a refund.
+        self.forget(key);
         let exchange = self
             .exchange(Op::Refund, key, Args::Refund(refund), wait, deadline)
             .await?;
@@ -430,6 +495,7 @@ impl<I: Io> Engine<'_, I> {
 
     pub async fn reset(&self, key: &str) -> Result<bool, Error> {
         let key = format!("{}{key}", self.config.prefix);
+        self.forget(&key);
         let mut del = redis::cmd("DEL");
         del.arg(&key);
         let (reply, _) = self.send(&key, false, del, None, self.deadline(false)).await?;
@@ -470,7 +536,9 @@ impl<I: Io> Engine<'_, I> {
         let mut sent: Vec<Cow<'_, Request>> = Vec::with_capacity(requests.len());
         for (j, request) in requests.iter().enumerate() {
             let request = self.prepare(request, Op::Allow { stamp: true })?;
-            let result = self.allow_once(&request, self.deadline(true)).await;
+            // A request the block cache holds a rejection for is rejected as
+            // the server would: the admissions before it are refunded.
+            let result = self.allow_cached(&request, self.deadline(true)).await;
             match result {
                 Ok(decision) => {
                     let rejected = !decision.allowed;

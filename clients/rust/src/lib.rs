@@ -34,7 +34,10 @@
 //! `refund`, `reset`, `acquire`, `allow_all`), the per-node fallback to the
 //! scripts and the error policy are written once (`engine`), over a
 //! [`Transport`] for the async [`Limiter`] and a connection pool for
-//! [`blocking::Limiter`]. The tower layer (feature `tower`) sits on top.
+//! [`blocking::Limiter`]. The block cache (`cache`, pure, behind a mutex
+//! the engine never holds across a call) answers the repeats of a rejection
+//! locally until its retry-after has passed ([`Builder::block_cache`],
+//! [`Limiter::stats`]). The tower layer (feature `tower`) sits on top.
 //!
 //! # Errors
 //!
@@ -55,6 +58,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod blocking;
+mod cache;
 mod clock;
 mod decision;
 mod engine;
@@ -71,6 +75,7 @@ mod transport;
 /// of your own to keep in step.
 pub use redis;
 
+pub use cache::Stats;
 pub use clock::{acquire_step, AcquireStep, Clock};
 pub use decision::{Decision, MultiDecision, TierState, Via};
 pub use engine::{Durable, Fallback, ALLOW_SCRIPT, PEEK_SCRIPT, REFUND_SCRIPT};

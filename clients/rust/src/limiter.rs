@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, RedisResult, Value};
 
+use crate::cache::Stats;
 use crate::clock::Clock;
 use crate::decision::{Decision, MultiDecision};
 use crate::engine::{timeout_error, Config, Durable, Engine, Fallback, Io, Shared, Then};
@@ -57,6 +58,7 @@ impl<T> std::fmt::Debug for Limiter<T> {
             .field("timeout", &self.config.timeout)
             .field("durable", &self.config.durable)
             .field("replica_reads", &self.config.replica_reads)
+            .field("block_cache", &self.config.block_cache)
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +149,23 @@ impl<T> Builder<T> {
         self
     }
 
+    /// The block cache's size, in entries (default 10,000; 0 turns it off; at
+    /// most 1,000,000, else [`Builder::build`] refuses it). After a rejection
+    /// with a retry-after, the same request on the same key (same window,
+    /// limit and tiers, a cost at least as large and within every limit) is
+    /// rejected without a call
+    /// until that retry-after has passed: `via = Via::Cache`, `retry_after`
+    /// counting down. It never admits, and never answers a `peek` or a call
+    /// with `now` (or through a [`Clock`]). A `refund` or `reset` of a key
+    /// through this limiter drops its entry first; a refund made by another
+    /// process can leave a request rejected here, for at most that
+    /// retry-after, that the server would now admit. Least recently used
+    /// entries are evicted first; see [`Limiter::stats`].
+    pub fn block_cache(mut self, entries: usize) -> Self {
+        self.config.block_cache = entries;
+        self
+    }
+
     /// The transport and the checked options.
     pub(crate) fn into_parts(self) -> Result<(T, Config), Error> {
         self.config.check()?;
@@ -164,13 +183,13 @@ impl<T> Builder<T> {
 impl<T: Transport> Builder<T> {
     /// The limiter, or [`Error::Argument`] naming the first option out of
     /// its range (`timeout`, `probe_interval`, `durable.replicas`,
-    /// `durable.timeout`, `jitter_fraction`).
+    /// `durable.timeout`, `jitter_fraction`, `block_cache`).
     pub fn build(self) -> Result<Limiter<T>, Error> {
         let (transport, config) = self.into_parts()?;
         Ok(Limiter {
             transport: Arc::new(transport),
+            shared: Arc::new(Shared::new(config.block_cache)),
             config: Arc::new(config),
-            shared: Arc::new(Shared::new()),
         })
     }
 }
@@ -213,12 +232,13 @@ impl<T: Transport> Io for AsyncIo<'_, T> {
 
 impl<T: Transport> Limiter<T> {
     /// A limiter with the defaults: no prefix, `Fallback::Auto`, 1 s timeout,
-    /// `ErrorPolicy::Raise`.
+    /// `ErrorPolicy::Raise`, a block cache of 10,000 entries.
     pub fn new(transport: T) -> Limiter<T> {
+        let config = Config::default();
         Limiter {
             transport: Arc::new(transport),
-            config: Arc::new(Config::default()),
-            shared: Arc::new(Shared::new()),
+            shared: Arc::new(Shared::new(config.block_cache)),
+            config: Arc::new(config),
         }
     }
 
@@ -237,6 +257,12 @@ impl<T: Transport> Limiter<T> {
             config: Arc::new(config),
             shared: self.shared.clone(),
         }
+    }
+
+    /// What the block cache did: the calls it answered, the entries it holds
+    /// (shared with the limiters [`Limiter::with_on_error`] made).
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
     }
 
     /// The transport this limiter sends through.

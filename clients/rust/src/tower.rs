@@ -14,7 +14,10 @@
 //!   of range with [`Error::Argument`](crate::Error::Argument), never at a request.
 //! - **Limits**: one or more [`HttpLimit`]s, each with its tiers; several are
 //!   checked all or nothing ([`Limiter::allow_all`]).
-//! - **Rejected**: `429 Too Many Requests` with the headers and `Retry-After`.
+//! - **Rejected**: `429 Too Many Requests` with the headers and `Retry-After`,
+//!   the same for a rejection the limiter's block cache answered without a
+//!   call (`Retry-After` counting down; [`Builder::block_cache`](crate::Builder::block_cache)
+//!   on the limiter the layer is given).
 //! - **The request's result**: an admitted request carries its
 //!   [`MultiDecision`] in its extensions (one decision per limit, in order),
 //!   for the handler: `Extension<MultiDecision>` in axum.
@@ -32,7 +35,8 @@
 //!   for as long as they run, and the next one gets 429.
 //!
 //! Per request the layer sends one `XCLOAK.ALLOW` per limit, and nothing else
-//! (plus one `XCLOAK.REFUND` per refunded admission under `skip_*`).
+//! (plus one `XCLOAK.REFUND` per refunded admission under `skip_*`), none
+//! for a key the block cache holds a rejection of.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};

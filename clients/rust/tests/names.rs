@@ -103,6 +103,12 @@ fn surface() -> BTreeSet<String> {
         item!(Via::Command),
         item!(Via::Script),
         item!(Via::Error),
+        item!(Via::Cache),
+        item!(Builder::<Cm>::block_cache),
+        item!(Limiter::<Cm>::stats),
+        ty!(Stats),
+        field!(Stats.cache_hits),
+        field!(Stats.cache_entries),
         item!(Request::cost),
         item!(Request::tier),
         item!(Request::tiers as fn(Request, Vec<Tier>) -> Request),
@@ -353,6 +359,7 @@ fn public_items() -> BTreeSet<String> {
         ("src/request.rs", ""),
         ("src/headers.rs", ""),
         ("src/engine.rs", ""),
+        ("src/cache.rs", ""),
     ] {
         let text = source(file);
         let mut owner: Option<String> = None;
@@ -532,7 +539,8 @@ ErrorPolicy.raise, ErrorPolicy.allow, ErrorPolicy.deny, Fallback.auto, Fallback.
 headers.style, headers.names, Style.ietf, Style.legacy, Style.both,
 XcloakError, UnavailableError, NotReplicated,
 middleware, middleware.limit, middleware.key, middleware.trust_proxies, middleware.skip_successful,
-middleware.skip_failed, middleware.request_result";
+middleware.skip_failed, middleware.request_result,
+option.block_cache, Limiter.stats, Stats, Stats.cache_hits, Stats.cache_entries, Via.cache";
 
 #[test]
 fn the_concepts_are_the_tables_rows_in_order() {

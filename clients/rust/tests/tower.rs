@@ -572,3 +572,36 @@ async fn the_layer_serves_plain_hyper() {
     assert_eq!(r.status, 429);
     assert_eq!(redis.entries("rl:http:127.0.0.14"), 1);
 }
+
+#[tokio::test]
+async fn a_cached_rejection_answers_429_with_the_same_headers_and_no_call() {
+    let redis = Server::start();
+    let limit = HttpLimit::new(Duration::from_secs(60), 2)
+        .name("bc")
+        .tier(Duration::from_secs(3600), 10);
+    let limiter = limiter(&redis).await;
+    let app = serve(RateLimitLayer::new(limiter.clone(), [limit]).unwrap()).await;
+    for _ in 0..2 {
+        assert_eq!(get_from(app, "127.0.0.41", "/", &[]).await.status, 200);
+    }
+    let server = get_from(app, "127.0.0.41", "/", &[]).await;
+    let calls = redis.calls("xcloak.allow");
+    let cached = get_from(app, "127.0.0.41", "/", &[]).await;
+    assert_eq!(redis.calls("xcloak.allow"), calls, "the cached rejection sent a call");
+    assert_eq!(limiter.stats().cache_hits, 1);
+    assert_eq!((server.status, cached.status), (429, 429));
+    assert_eq!(cached.body, server.body);
+    let names = |r: &Reply| r.headers.keys().filter(|k| *k != "date").cloned().collect::<Vec<_>>();
+    assert_eq!(names(&cached), names(&server));
+    assert_eq!(cached.headers["ratelimit-policy"], server.headers["ratelimit-policy"]);
+    // Retry-After counts down from the server's (whole seconds, rounded up).
+    let retry = |r: &Reply| r.headers["retry-after"].parse::<u64>().unwrap();
+    assert!((1..=retry(&server)).contains(&retry(&cached)), "{:?}", cached.headers);
+    assert!(
+        cached.headers["ratelimit"].starts_with(r#""2-in-60s";r=0;t="#),
+        "{:?}",
+        cached.headers
+    );
+    // Another client is not blocked by it.
+    assert_eq!(get_from(app, "127.0.0.42", "/", &[]).await.status, 200);
+}

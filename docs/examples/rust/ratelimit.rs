@@ -124,6 +124,7 @@ fn line(decision: &Decision, tiers: &[(u64, u64)]) -> String {
         Via::Command => "command",
         Via::Script => "script",
         Via::Error => "error",
+        Via::Cache => "cache",
     };
     format!(
         "{} {} | via {via}",

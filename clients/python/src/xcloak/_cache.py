@@ -119,6 +119,8 @@ class BlockCache:
                 return None
             if entry.sig != sig or cost < entry.cost:
                 return None  # another shape or a smaller cost: sent (a rejection replaces the entry)
+            if cost > min((sig[1], *(limit for _, limit in sig[2]))):
+                return None  # above a tier's limit: it never fits, and the server's answer says so
             entries.move_to_end(key)
             self.hits += 1
         elapsed = math.floor(now - entry.sent_at)

@@ -18,6 +18,19 @@ import java.util.OptionalLong;
 final class BlockCache {
     /** The request's shape: window, limit and the tiers, in ms and ints. */
     record Sig(long windowMs, long limit, List<Long> tiers) {
+        /** Whether a request of {@code cost} fits in every tier's limit (else it never fits: the server says so). */
+        boolean fits(long cost) {
+            if (cost > limit) {
+                return false;
+            }
+            for (int i = 1; i < tiers.size(); i += 2) {
+                if (cost > tiers.get(i)) {
+                    return false;
+                }
+            }
+            return true;
+        }
+
         static Sig of(Request request) {
             List<Long> tiers = new ArrayList<>(request.tiers().size() * 2);
             for (Tier tier : request.tiers()) {
@@ -68,8 +81,8 @@ final class BlockCache {
             size = entries.size();
             return null;
         }
-        if (!entry.sig.equals(sig) || cost < entry.cost) {
-            return null;
+        if (!entry.sig.equals(sig) || cost < entry.cost || !sig.fits(cost)) {
+            return null; // a smaller cost, another shape, or a cost that never fits: sent
         }
         hits++;
         long elapsedMs = Math.floorDiv(nowNanos - entry.sentAtNanos, 1_000_000L);

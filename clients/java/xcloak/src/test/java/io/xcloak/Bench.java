@@ -80,7 +80,69 @@ public final class Bench {
         return v[(int) Math.min(v.length - 1, Math.floor(p * v.length))];
     }
 
+    /**
+     * The block cache against an attack, through Limiter.allow (no HTTP: the Spring modules'
+     * middleware is theirs to bench): {@code identities} attacked identities at 10 per 60 s, each
+     * sent {@code rounds} requests interleaved (round-robin), beside legitimate identities that stay
+     * under their limit; the cache on and off on one server. Redis calls per request from INFO
+     * commandstats, over-admission from the server's own count (XCLOAK.PEEK).
+     */
+    static void attack(int port, int identities, int rounds) throws Exception {
+        RedisClient client = RedisClient.create(RedisURI.create("127.0.0.1", port));
+        StatefulRedisConnection<byte[], byte[]> connection = client.connect(ByteArrayCodec.INSTANCE);
+        for (int cacheSize : new int[] {10_000, 0}) {
+            connection.sync().flushall();
+            connection.sync().configResetstat();
+            Limiter limiter = Limiter.builder(LettuceTransport.of(connection)).blockCache(cacheSize).build();
+            long admitted = 0;
+            long legitRejected = 0;
+            long legit = 0;
+            long start = System.nanoTime();
+            for (int r = 0; r < rounds; r++) {
+                for (int i = 0; i < identities; i++) {
+                    if (limiter.allow(Request.of("attack:" + i, Duration.ofMinutes(1), 10)).allowed()) {
+                        admitted++;
+                    }
+                }
+                // One legitimate identity per round, 5 requests: under its limit of 10.
+                for (int k = 0; k < 5; k++) {
+                    legit++;
+                    if (!limiter.allow(Request.of("legit:" + r, Duration.ofMinutes(1), 10)).allowed()) {
+                        legitRejected++;
+                    }
+                }
+            }
+            double seconds = (System.nanoTime() - start) / 1e9;
+            long requests = (long) identities * rounds + legit;
+            String stats = connection.sync().info("commandstats");
+            long calls = 0;
+            for (String line : stats.split("\r?\n")) {
+                if (line.startsWith("cmdstat_xcloak.allow:")) {
+                    calls = Long.parseLong(line.replaceAll("^cmdstat_xcloak.allow:calls=(\\d+),.*", "$1"));
+                }
+            }
+            long overAdmitted = 0;
+            for (int i = 0; i < identities; i++) {
+                long used = 10 - limiter.peek(Request.of("attack:" + i, Duration.ofMinutes(1), 10)).remaining();
+                overAdmitted += Math.max(0, used - 10);
+            }
+            // Every legitimate request is admitted, so sent: one call each; the rest are the attack's.
+            System.out.printf("attack, cache %s: %d identities x %d rounds + %d legitimate requests: %.4f Redis calls per attack request, "
+                    + "%.4f per request (%d calls), %d cache hits, %.0f requests/s, admitted %d (10 per identity: %d), over-admitted %d, legitimate rejected %d%n",
+                    cacheSize > 0 ? "on " : "off", identities, rounds, legit,
+                    (calls - legit) / (double) ((long) identities * rounds), calls / (double) requests, calls,
+                    limiter.stats().cacheHits(), requests / seconds, admitted, 10L * identities, overAdmitted, legitRejected);
+        }
+        connection.close();
+        client.shutdown(Duration.ZERO, Duration.ofSeconds(1));
+    }
+
     public static void main(String[] args) throws Exception {
+        if (args.length > 1 && args[1].equals("attack")) {
+            attack(Integer.parseInt(args[0]), args.length > 2 ? Integer.parseInt(args[2]) : 1000,
+                    args.length > 3 ? Integer.parseInt(args[3]) : 100);
+            return;
+        }
         int port = Integer.parseInt(args[0]);
         int rounds = args.length > 1 ? Integer.parseInt(args[1]) : 20;
         int blockSize = 2000;
