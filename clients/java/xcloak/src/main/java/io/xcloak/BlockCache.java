@@ -45,6 +45,12 @@ final class BlockCache {
 
     private final int capacity;
     private final LinkedHashMap<String, Entry> entries;
+    /**
+     * When a key of each slot (by its hash) was last refunded or reset through this limiter: a
+     * rejection sent before that is not held (the server may have decided it before the window
+     * opened). A collision only skips a record.
+     */
+    private final long[] forgotten = filled(new long[256]);
     private long hits;
     /** The entries held, readable without the lock: an empty cache costs no lock per call. */
     private volatile int size;
@@ -128,7 +134,7 @@ final class BlockCache {
     void record(Request request, long sentAtNanos, Decision decision) {
         if (decision.allowed()) {
             if (size != 0) {
-                forget(request.key());
+                drop(request.key());
             }
             return;
         }
@@ -138,7 +144,7 @@ final class BlockCache {
     void record(String key, Sig sig, long cost, long sentAtNanos, Decision decision) {
         if (decision.allowed()) {
             if (size != 0) {
-                forget(key);
+                drop(key);
             }
             return;
         }
@@ -147,15 +153,37 @@ final class BlockCache {
             return;
         }
         synchronized (this) {
+            if (forgotten[slot(key)] > sentAtNanos) {
+                return; // refunded or reset while this call was in flight
+            }
             entries.put(key, new Entry(sig, cost, sentAtNanos, sentAtNanos + retryMs * 1_000_000L, decision));
             size = entries.size();
         }
     }
 
-    /** Drops {@code key}'s entry (refund and reset, before they are sent). */
-    synchronized void forget(String key) {
+    /**
+     * Drops {@code key}'s entry (refund and reset, before they are sent, at monotonic {@code
+     * nowNanos}) and keeps a rejection of it already in flight from being held.
+     */
+    synchronized void forget(String key, long nowNanos) {
         entries.remove(key);
         size = entries.size();
+        forgotten[slot(key)] = nowNanos;
+    }
+
+    /** Drops {@code key}'s entry after an admission: calls in flight beside it saw the same window. */
+    private synchronized void drop(String key) {
+        entries.remove(key);
+        size = entries.size();
+    }
+
+    private int slot(String key) {
+        return key.hashCode() & (forgotten.length - 1);
+    }
+
+    private static long[] filled(long[] slots) {
+        java.util.Arrays.fill(slots, Long.MIN_VALUE);
+        return slots;
     }
 
     synchronized Stats stats() {

@@ -298,7 +298,7 @@ final class Engine {
     CompletionStage<Long> refund(String key, long stamp, long cost) {
         String full = prefix + key;
         if (cache != null) {
-            cache.forget(full);
+            cache.forget(full, mono.getAsLong());
         }
         return refundOnce(full, stamp, cost, true);
     }
@@ -318,7 +318,7 @@ final class Engine {
     CompletionStage<Boolean> reset(String key) {
         String full = prefix + key;
         if (cache != null) {
-            cache.forget(full);
+            cache.forget(full, mono.getAsLong());
         }
         List<byte[]> command = List.of(Replies.ascii("DEL"), full.getBytes(StandardCharsets.UTF_8));
         return send(new Transport.Call(full, command, false, timeout, null)).handle((reply, error) -> {

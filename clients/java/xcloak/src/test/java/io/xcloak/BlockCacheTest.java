@@ -80,12 +80,31 @@ class BlockCacheTest {
                             assertEquals(headers.get("legacy"), new LinkedHashMap<String, Object>(hit.headers(Headers.Style.LEGACY)), where);
                         }
                     }
-                    case "forget" -> cache.forget(key);
+                    case "forget" -> cache.forget(key, at);
                     case "size" -> assertEquals(Json.num(step, "entries", -1), cache.stats().cacheEntries(), where);
                     default -> throw new AssertionError(where + ": an op this runner does not know");
                 }
             }
         }));
+    }
+
+    @Test
+    void aRejectionInFlightAcrossARefundOfItsKeyIsNotHeld() {
+        BlockCache cache = new BlockCache(10);
+        Request request = Request.of("k", Duration.ofMinutes(1), 10);
+        BlockCache.Sig sig = BlockCache.Sig.of(request);
+        Decision rejected = Replies.decision(Json.reply(List.of(0L, 10L, 0L, 1000L, 60000L)), request.window(), false,
+                Via.COMMAND);
+        long sentAt = 100_000_000L; // the allow is sent ...
+        cache.forget("k", 101_000_000L); // ... a refund of the key goes through the limiter while it is in flight ...
+        cache.record("k", sig, 1, sentAt, rejected); // ... and its rejection may predate the refund
+        assertEquals(0, cache.stats().cacheEntries());
+        String other = Stream.of("a", "b", "c").filter(k -> (k.hashCode() & 255) != ("k".hashCode() & 255))
+                .findFirst().orElseThrow();
+        cache.record(other, sig, 1, sentAt, rejected); // another key's rejection in flight is held
+        assertNotNull(cache.lookup(other, sig, 1, 101_500_000L));
+        cache.record("k", sig, 1, 102_000_000L, rejected); // sent after the refund: held
+        assertNotNull(cache.lookup("k", sig, 1, 102_500_000L));
     }
 
     private static Limiter limiter(Clients.Library library) {
