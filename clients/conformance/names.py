@@ -29,10 +29,11 @@ headers Decision MultiDecision TierState AllowAllRequest
 Decision.allowed Decision.limit Decision.remaining Decision.retry_after Decision.reset_after
 Decision.cost_exceeds_limit Decision.window Decision.tier Decision.tiers Decision.stamp Decision.oldest
 Decision.via Decision.error MultiDecision.decisions MultiDecision.binding MultiDecision.rejected
-Via.command Via.script Via.error
+Via.command Via.script Via.error Via.cache
 call.cost call.tiers call.stamp call.now call.oldest call.max_wait
 option.prefix option.fallback option.on_error option.timeout option.probe_interval option.durable
-option.durable.replicas option.durable.timeout option.replica_reads option.clock
+option.durable.replicas option.durable.timeout option.replica_reads option.clock option.block_cache
+Limiter.stats Stats Stats.cache_hits Stats.cache_entries
 ErrorPolicy.raise ErrorPolicy.allow ErrorPolicy.deny Fallback.auto Fallback.always Fallback.never
 headers.style headers.names Style.ietf Style.legacy Style.both
 XcloakError UnavailableError NotReplicated
