@@ -4,16 +4,15 @@
 //! body runs under `catch_unwind`: a panic becomes an error reply and a log
 //! line instead of unwinding into C (which would abort the server).
 
-use std::ffi::{c_int, CString};
+use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::raw;
 
 use crate::config;
-use crate::store::{
-    self, api, arguments, bytes_of, compact, raw_of, Form, Key, Opened, Refusal, TTL_MARGIN_MS, WRONGTYPE,
-};
+use crate::ffi::{self, bytes_of, reply_error, reply_i64, with_arguments, with_words, Key};
+use crate::store::{self, compact, Form, Opened, Refusal, TTL_MARGIN_MS, WRONGTYPE};
 use xcloak_core::args::{self, ArgError, Command};
 use xcloak_core::effect::Effect;
 use xcloak_core::window::{self, Decision};
@@ -27,10 +26,6 @@ pub static ERRORS: AtomicU64 = AtomicU64::new(0);
 pub static CONVERTED: AtomicU64 = AtomicU64::new(0);
 /// Entries removed by XCLOAK.REFUND.
 pub static REFUNDED: AtomicU64 = AtomicU64::new(0);
-/// Arguments read into a buffer on the stack; a longer call (three tiers or
-/// more with every option) reads them into a Vec. 16 holds name key window
-/// limit, two TIERs, COST c NOW t DETAILS STAMP.
-const STACK_WORDS: usize = 16;
 
 /// `XCLOAK.ALLOW key window limit [TIER window limit]... [COST cost] [NOW unix-ms] [DETAILS] [STAMP]`
 pub extern "C" fn allow(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
@@ -46,48 +41,44 @@ pub extern "C" fn peek(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redis
 /// stamped exactly `stamp` and replies how many went.
 pub extern "C" fn refund(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     guarded(ctx, || {
-        // SAFETY: the handler's own argv/argc, borrowed for this call only.
-        let strings = unsafe { arguments(argv, argc) };
-        let words: Vec<&[u8]> = strings.iter().map(|&s| bytes_of(s)).collect();
-        let request = match args::parse_refund(&words) {
-            Ok(request) => request,
-            Err(error) => return refuse(ctx, error),
-        };
-        let Some(mut key) = open_window(ctx, raw_of(strings[1]), true) else {
-            return;
-        };
-        let removed = window::refund(&mut key, request.stamp_ms, request.cost);
-        key.commit_removal();
-        drop(key);
-        REFUNDED.fetch_add(removed, Relaxed);
-        // SAFETY: the context of the executing command, which replies once.
-        unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, removed as i64) };
+        with_arguments(argv, argc, |strings| {
+            let request = match with_words(strings, args::parse_refund) {
+                Ok(request) => request,
+                Err(error) => return refuse(ctx, error),
+            };
+            let Some(mut key) = open_window(ctx, strings[1], true) else {
+                return;
+            };
+            let removed = window::refund(&mut key, request.stamp_ms, request.cost);
+            key.commit_removal();
+            drop(key);
+            REFUNDED.fetch_add(removed, Relaxed);
+            reply_i64(ctx, removed as i64);
+        })
     })
 }
 
 /// `XCLOAK.CONVERT key ZSET|COMPACT`
 pub extern "C" fn convert(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int) -> c_int {
     guarded(ctx, || {
-        // SAFETY: the handler's own argv/argc, borrowed for this call only.
-        let strings = unsafe { arguments(argv, argc) };
-        let words: Vec<&[u8]> = strings.iter().map(|&s| bytes_of(s)).collect();
-        let to = match args::parse_convert(&words) {
-            Ok(to) => to,
-            Err(error) => return refuse(ctx, error),
-        };
-        if to == Form::Compact && !compact::registered() {
-            let message = "compact storage is not enabled: load the module with STORAGE compact";
-            return refuse(ctx, ArgError::Invalid(message.to_string()));
-        }
-        // SAFETY: `ctx` and the key argument belong to this call.
-        match unsafe { store::convert(ctx, raw_of(strings[1]), to, config::max_limit() as u64) } {
-            Ok(converted) => {
-                CONVERTED.fetch_add(converted as u64, Relaxed);
-                unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, converted as i64) };
+        with_arguments(argv, argc, |strings| {
+            let to = match with_words(strings, args::parse_convert) {
+                Ok(to) => to,
+                Err(error) => return refuse(ctx, error),
+            };
+            if to == Form::Compact && !compact::registered() {
+                let message = "compact storage is not enabled: load the module with STORAGE compact";
+                return refuse(ctx, ArgError::Invalid(message.to_string()));
             }
-            Err(Refusal::WrongType) => wrong_type(ctx),
-            Err(Refusal::Invalid(message)) => refuse(ctx, ArgError::Invalid(format!("cannot convert: {message}"))),
-        }
+            match store::convert(ctx, strings[1], to, config::max_limit() as u64) {
+                Ok(converted) => {
+                    CONVERTED.fetch_add(converted as u64, Relaxed);
+                    reply_i64(ctx, converted as i64);
+                }
+                Err(Refusal::WrongType) => wrong_type(ctx),
+                Err(Refusal::Invalid(message)) => refuse(ctx, ArgError::Invalid(format!("cannot convert: {message}"))),
+            }
+        })
     })
 }
 
@@ -99,50 +90,47 @@ pub extern "C" fn apply(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::Redi
             let message = "XCLOAK.APPLY is internal: it replays the compact form's effects from a primary or the AOF";
             return refuse(ctx, ArgError::Invalid(message.to_string()));
         }
-        // SAFETY: the handler's own argv/argc, borrowed for this call only.
-        let strings = unsafe { arguments(argv, argc) };
-        if !(3..=4).contains(&strings.len()) {
-            return refuse(ctx, ArgError::Arity);
-        }
-        if !compact::registered() {
-            // An AOF or a primary holding compact windows, and this server
-            // loaded without STORAGE compact: say so where operators look.
-            let message = format!(
+        with_arguments(argv, argc, |strings| apply_effect(ctx, strings))
+    })
+}
+
+/// XCLOAK.APPLY's body, once it is known to come from a primary or the AOF.
+fn apply_effect(ctx: *mut raw::RedisModuleCtx, strings: &[&raw::RedisModuleString]) {
+    if !(3..=4).contains(&strings.len()) {
+        return refuse(ctx, ArgError::Arity);
+    }
+    if !compact::registered() {
+        // An AOF or a primary holding compact windows, and this server
+        // loaded without STORAGE compact: say so where operators look.
+        let message = format!(
                 "XCLOAK.APPLY for key '{}' ignored: compact storage is not enabled on this server (load the module with STORAGE compact)",
                 String::from_utf8_lossy(bytes_of(strings[1]))
             );
-            redis_module::logging::log_warning(format!("xcloak: {message}"));
-            return refuse(ctx, ArgError::Invalid(message));
+        redis_module::logging::log_warning(format!("xcloak: {message}"));
+        return refuse(ctx, ArgError::Invalid(message));
+    }
+    let effect = match Effect::parse(bytes_of(strings[2])) {
+        Ok(effect) => effect,
+        Err(message) => return refuse(ctx, ArgError::Invalid(message)),
+    };
+    let key = Key::open(ctx, strings[1], true);
+    match compact::apply(key, &effect, strings.get(3).map(|&s| bytes_of(s))) {
+        Ok(()) => {
+            // An effect is replicated only when it changed the window: a
+            // reader tracking it on this replica is told.
+            ffi::signal_modified(ctx, ffi::raw_of(strings[1]));
+            ffi::replicate_verbatim(ctx);
+            ffi::reply_simple_string(ctx, c"OK");
         }
-        let effect = match Effect::parse(bytes_of(strings[2])) {
-            Ok(effect) => effect,
-            Err(message) => return refuse(ctx, ArgError::Invalid(message)),
-        };
-        // SAFETY: `ctx` and the key argument belong to this call.
-        let key = unsafe { Key::open(ctx, raw_of(strings[1]), true) };
-        match compact::apply(key, &effect, strings.get(3).map(|&s| bytes_of(s))) {
-            Ok(()) => unsafe {
-                // An effect is replicated only when it changed the window: a
-                // reader tracking it on this replica is told.
-                store::signal_modified(ctx, raw_of(strings[1]));
-                api!(RedisModule_ReplicateVerbatim)(ctx);
-                api!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr());
-            },
-            Err(message) if message.starts_with("WRONGTYPE") => wrong_type(ctx),
-            Err(message) => refuse(ctx, ArgError::Invalid(message)),
-        }
-    })
+        Err(message) if message.starts_with("WRONGTYPE") => wrong_type(ctx),
+        Err(message) => refuse(ctx, ArgError::Invalid(message)),
+    }
 }
 
 /// Opens the window at `name` (an argument of this call), or answers
 /// WRONGTYPE, counted as an error, and gives `None`.
-fn open_window(
-    ctx: *mut raw::RedisModuleCtx,
-    name: *mut raw::RedisModuleString,
-    writable: bool,
-) -> Option<store::Window> {
-    // SAFETY: `ctx` and `name` belong to the call being executed.
-    match unsafe { store::open(ctx, name, writable) } {
+fn open_window(ctx: *mut raw::RedisModuleCtx, name: &raw::RedisModuleString, writable: bool) -> Option<store::Window> {
+    match store::open(ctx, name, writable) {
         Opened::Ready(window) => Some(window),
         Opened::WrongType => {
             wrong_type(ctx);
@@ -161,10 +149,7 @@ fn wrong_type(ctx: *mut raw::RedisModuleCtx) {
 fn refuse(ctx: *mut raw::RedisModuleCtx, error: ArgError) {
     ERRORS.fetch_add(1, Relaxed);
     match error {
-        // SAFETY: the context of the executing command, which replies once.
-        ArgError::Arity => unsafe {
-            api!(RedisModule_WrongArity)(ctx);
-        },
+        ArgError::Arity => ffi::reply_wrong_arity(ctx),
         ArgError::Invalid(message) => reply_error(ctx, &format!("ERR {message}")),
     }
 }
@@ -178,24 +163,12 @@ fn guarded(ctx: *mut raw::RedisModuleCtx, body: impl FnOnce()) -> c_int {
 }
 
 fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString, argc: c_int, command: Command) {
-    // SAFETY: the handler's own argv/argc, borrowed for this call only.
-    let strings = unsafe { arguments(argv, argc) };
-    // Only the words of this call are written (zeroing all 16 took six
-    // instruction-cache lines of every call).
-    let mut stack = [std::mem::MaybeUninit::<&[u8]>::uninit(); STACK_WORDS];
-    let heap: Vec<&[u8]>;
-    let words: &[&[u8]] = if strings.len() <= STACK_WORDS {
-        for (word, &string) in stack.iter_mut().zip(strings) {
-            word.write(bytes_of(string));
-        }
-        // SAFETY: the first `strings.len()` elements were written just above.
-        unsafe { std::slice::from_raw_parts(stack.as_ptr() as *const &[u8], strings.len()) }
-    } else {
-        heap = strings.iter().map(|&string| bytes_of(string)).collect();
-        &heap
-    };
+    with_arguments(argv, argc, |strings| execute_on(ctx, strings, command))
+}
 
-    let request = match args::parse(command, words, config::max_limit()) {
+fn execute_on(ctx: *mut raw::RedisModuleCtx, strings: &[&raw::RedisModuleString], command: Command) {
+    let parsed = with_words(strings, |words| args::parse(command, words, config::max_limit()));
+    let request = match parsed {
         Ok(request) => request,
         Err(error) => return refuse(ctx, error),
     };
@@ -206,10 +179,9 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
         panic!("xcloak fault injection: deliberate panic on key xcloak:fault:panic");
     }
 
-    // SAFETY: a plain read of the server clock.
-    let server_ms = unsafe { api!(RedisModule_Milliseconds)() };
+    let server_ms = ffi::milliseconds();
     let now_ms = request.now_ms.unwrap_or(server_ms);
-    let Some(mut key) = open_window(ctx, raw_of(strings[1]), command == Command::Allow) else {
+    let Some(mut key) = open_window(ctx, strings[1], command == Command::Allow) else {
         return;
     };
 
@@ -230,8 +202,7 @@ fn execute(ctx: *mut raw::RedisModuleCtx, argv: *mut *mut raw::RedisModuleString
                 key.commit(server_ms, ttl_ms);
                 drop(key);
                 count(allowed);
-                // SAFETY: the context of the executing command, which replies once.
-                unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, stamp(allowed).unwrap_or(allowed as i64)) };
+                reply_i64(ctx, stamp(allowed).unwrap_or(allowed as i64));
             }
         }
         Command::Peek => {
@@ -266,37 +237,28 @@ fn reply_details(ctx: *mut raw::RedisModuleCtx, decision: &Decision, tiered: boo
         binding.retry_after_ms,
         binding.reset_after_ms,
     ];
-    // SAFETY: the context of the executing command: one array of as many
-    // fields as it announces.
-    unsafe {
-        api!(RedisModule_ReplyWithArray)(ctx, (fields.len() + tiered as usize + last.is_some() as usize) as _);
-        for field in fields {
-            api!(RedisModule_ReplyWithLongLong)(ctx, field);
-        }
-        if tiered {
-            api!(RedisModule_ReplyWithArray)(ctx, decision.tiers().len() as _);
-            for tier in decision.tiers() {
-                let fields = [
-                    tier.window_ms,
-                    tier.limit,
-                    tier.remaining,
-                    tier.retry_after_ms,
-                    tier.reset_after_ms,
-                ];
-                api!(RedisModule_ReplyWithArray)(ctx, fields.len() as _);
-                for field in fields {
-                    api!(RedisModule_ReplyWithLongLong)(ctx, field);
-                }
+    // One array of as many fields as it announces.
+    ffi::reply_array(ctx, fields.len() + tiered as usize + last.is_some() as usize);
+    for field in fields {
+        reply_i64(ctx, field);
+    }
+    if tiered {
+        ffi::reply_array(ctx, decision.tiers().len());
+        for tier in decision.tiers() {
+            let fields = [
+                tier.window_ms,
+                tier.limit,
+                tier.remaining,
+                tier.retry_after_ms,
+                tier.reset_after_ms,
+            ];
+            ffi::reply_array(ctx, fields.len());
+            for field in fields {
+                reply_i64(ctx, field);
             }
         }
-        if let Some(last) = last {
-            api!(RedisModule_ReplyWithLongLong)(ctx, last);
-        }
     }
-}
-
-fn reply_error(ctx: *mut raw::RedisModuleCtx, message: &str) {
-    let text = CString::new(message).unwrap_or_else(|_| c"ERR invalid error text".to_owned());
-    // SAFETY: the executing command's context; `text` is NUL-terminated and outlives the call.
-    unsafe { api!(RedisModule_ReplyWithError)(ctx, text.as_ptr()) };
+    if let Some(last) = last {
+        reply_i64(ctx, last);
+    }
 }

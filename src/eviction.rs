@@ -27,7 +27,8 @@ use std::sync::Mutex;
 
 use redis_module::raw;
 
-use crate::store::{api, bytes_of, compact, zset, Key};
+use crate::ffi::{api, bytes_of, Key};
+use crate::store::{compact, zset};
 
 /// Windows evicted since load (`xcloak_evicted`).
 pub static EVICTED: AtomicU64 = AtomicU64::new(0);

@@ -55,6 +55,16 @@ def inclusive(dump, function):
     return 0
 
 
+def inclusive_any(dump, functions):
+    """Inclusive instructions of the first of `functions` found in a dump (a
+    symbol that moved between crates: each build names it once)."""
+    for function in functions:
+        count = inclusive(dump, function)
+        if count:
+            return count
+    return 0
+
+
 def phase(server, workdir, send, tag):
     """Zeroes the counters of `server` (running under callgrind with its dumps
     in `workdir`), runs `send()`, dumps, and returns the new dump's path

@@ -35,7 +35,8 @@ use xcloak_core::effect::{Effect, MAX_TEXT};
 use xcloak_core::log::{RunLog, MAX_ENTRIES};
 use xcloak_core::window::Log;
 
-use super::{api, Changes, Key};
+use super::Changes;
+use crate::ffi::{api, Key};
 
 /// `TYPE` replies this; module type names are exactly 9 characters.
 pub const TYPE_NAME: &std::ffi::CStr = c"xcloaklog";
@@ -106,7 +107,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, unlink: UnlinkHook) -> Result<(),
 pub fn is_ours(key: &Key) -> bool {
     let ours = TYPE.load(Relaxed);
     // SAFETY: the key is open.
-    !ours.is_null() && unsafe { api!(RedisModule_ModuleTypeGetType)(key.raw) } == ours
+    !ours.is_null() && unsafe { api!(RedisModule_ModuleTypeGetType)(key.raw()) } == ours
 }
 
 /// The root of the log stored at `key`, or null if the key holds none.
@@ -115,7 +116,7 @@ fn value_of(key: &Key) -> *mut u8 {
         return ptr::null_mut();
     }
     // SAFETY: the key holds our type, whose values are RunLog roots.
-    unsafe { api!(RedisModule_ModuleTypeGetValue)(key.raw) as *mut u8 }
+    unsafe { api!(RedisModule_ModuleTypeGetValue)(key.raw()) as *mut u8 }
 }
 
 /// Runs `read` on the log whose root the server holds at `value` (null: none).
@@ -131,7 +132,7 @@ fn set_value(key: &Key, log: RunLog) -> *mut u8 {
     let value = log.into_raw();
     // SAFETY: the key is open for writing; the server owns `value` from now
     // on and frees it through `free`.
-    unsafe { api!(RedisModule_ModuleTypeSetValue)(key.raw, TYPE.load(Relaxed), value as *mut c_void) };
+    unsafe { api!(RedisModule_ModuleTypeSetValue)(key.raw(), TYPE.load(Relaxed), value as *mut c_void) };
     value
 }
 
@@ -173,7 +174,7 @@ impl CompactLog {
             // root was already freed or reused by the log (nothing is freed here).
             unsafe {
                 api!(RedisModule_ModuleTypeReplaceValue)(
-                    self.key.raw,
+                    self.key.raw(),
                     TYPE.load(Relaxed),
                     root as *mut c_void,
                     &mut old,
@@ -227,18 +228,18 @@ fn replicate_effect(key: &Key, effect: &Effect, bytes: Option<&[u8]>) {
     unsafe {
         match bytes {
             None => replicate(
-                key.ctx,
+                key.ctx(),
                 APPLY.as_ptr(),
                 c"sb".as_ptr(),
-                key.name,
+                key.name(),
                 text.as_ptr() as *const c_char,
                 len,
             ),
             Some(bytes) => replicate(
-                key.ctx,
+                key.ctx(),
                 APPLY.as_ptr(),
                 c"sbb".as_ptr(),
-                key.name,
+                key.name(),
                 text.as_ptr() as *const c_char,
                 len,
                 bytes.as_ptr() as *const c_char,

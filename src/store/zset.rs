@@ -21,15 +21,13 @@
 //! members a refund removed, `ZADD key t m1 t m2 ...` with the exact members
 //! added, and `PEXPIREAT key abs-ms`. Redis wraps them in MULTI/EXEC.
 
-use std::ffi::c_int;
-use std::ptr;
-
 use redis_module::raw;
 
 use xcloak_core::member::{format_member, member_slot};
 use xcloak_core::window::Log;
 
-use super::{api, Changes, Key, Owned};
+use super::Changes;
+use crate::ffi::{Key, Owned};
 
 /// Expired members `trim` collects in its single pass over the range.
 const TRIM_BATCH: usize = 16;
@@ -61,7 +59,7 @@ impl ZsetLog {
     }
 
     fn ctx(&self) -> *mut raw::RedisModuleCtx {
-        self.key.ctx
+        self.key.ctx()
     }
 
     /// Positions the range iterator on the first (or last) entry with a score
@@ -71,13 +69,12 @@ impl ZsetLog {
     }
 
     fn stop(&self) {
-        // SAFETY: the key is open; stopping an iterator that is not started is a no-op.
-        unsafe { api!(RedisModule_ZsetRangeStop)(self.key.raw) };
+        self.key.zset_stop();
     }
 
     /// The member and score under the iterator. The member is freed by `Owned`.
     fn current(&self) -> (Owned, f64) {
-        current(&self.key)
+        self.key.zset_current()
     }
 
     /// The next free `k` for a member at `now_ms`: one past the last entry
@@ -97,50 +94,21 @@ impl ZsetLog {
     /// removed, `ZADD key t m1 t m2 ...` with the exact members added, and
     /// `PEXPIREAT key ms` when the expiry is re-armed.
     pub fn replicate_changes(&self, expire_at_ms: Option<i64>) {
-        let (ctx, name) = (self.ctx(), self.key.name);
-        let replicate = api!(RedisModule_Replicate);
-        // SAFETY: format strings match the arguments passed after them: "s" a
-        // RedisModuleString, "c" a C string, "l" a long long, "v" an array and
-        // its length. RedisModule_Replicate retains what it needs.
-        unsafe {
-            if self.changes.trimmed > 0 {
-                replicate(
-                    ctx,
-                    c"ZREMRANGEBYSCORE".as_ptr(),
-                    c"scl".as_ptr(),
-                    name,
-                    c"-inf".as_ptr(),
-                    self.changes.cutoff_ms as std::ffi::c_longlong,
-                );
-            }
-            if !self.removed.is_empty() {
-                let members: Vec<*mut raw::RedisModuleString> =
-                    self.removed.iter().map(|member| member.string).collect();
-                replicate(
-                    ctx,
-                    c"ZREM".as_ptr(),
-                    c"sv".as_ptr(),
-                    name,
-                    members.as_ptr(),
-                    members.len(),
-                );
-            }
-            if let Some(first) = &self.first_added {
-                let at_ms = self.changes.added_at_ms;
-                if self.more_added.is_empty() {
-                    // The common case, cost 1: no argument vector to build.
-                    replicate(
-                        ctx,
-                        c"ZADD".as_ptr(),
-                        c"sls".as_ptr(),
-                        name,
-                        at_ms as std::ffi::c_longlong,
-                        first.string,
-                    );
-                } else {
-                    let members: Vec<&Owned> = std::iter::once(first).chain(&self.more_added).collect();
-                    replicate_zadd(&self.key, at_ms, &members);
-                }
+        if self.changes.trimmed > 0 {
+            self.key.replicate_zremrangebyscore(self.changes.cutoff_ms);
+        }
+        if !self.removed.is_empty() {
+            self.key
+                .replicate_strings(c"ZREM", &self.removed.iter().collect::<Vec<_>>());
+        }
+        if let Some(first) = &self.first_added {
+            let at_ms = self.changes.added_at_ms;
+            if self.more_added.is_empty() {
+                // The common case, cost 1: no argument vector to build.
+                self.key.replicate_zadd_one(at_ms, first);
+            } else {
+                let members: Vec<&Owned> = std::iter::once(first).chain(&self.more_added).collect();
+                replicate_zadd(&self.key, at_ms, &members);
             }
         }
         if let Some(expire_at_ms) = expire_at_ms {
@@ -151,46 +119,17 @@ impl ZsetLog {
 
 /// Replicates `ZADD key at m1 at m2 ...` for `members`, all scored `at_ms`.
 fn replicate_zadd(key: &Key, at_ms: i64, members: &[&Owned]) {
-    let score = Owned::from_i64(key.ctx, at_ms);
-    let mut argv: Vec<*mut raw::RedisModuleString> = Vec::with_capacity(members.len() * 2);
-    for member in members {
-        argv.push(score.string);
-        argv.push(member.string);
+    let score = Owned::from_i64(key.ctx(), at_ms);
+    let mut argv: Vec<&Owned> = Vec::with_capacity(members.len() * 2);
+    for &member in members {
+        argv.push(&score);
+        argv.push(member);
     }
-    // SAFETY: "s" the key name, "v" an array of RedisModuleStrings and its length.
-    unsafe {
-        api!(RedisModule_Replicate)(
-            key.ctx,
-            c"ZADD".as_ptr(),
-            c"sv".as_ptr(),
-            key.name,
-            argv.as_ptr(),
-            argv.len(),
-        )
-    };
+    key.replicate_strings(c"ZADD", &argv);
 }
 
 fn seek(key: &Key, min: f64, max: f64, min_exclusive: bool, first: bool) -> bool {
-    if key.is_empty() {
-        return false;
-    }
-    let seek = if first {
-        api!(RedisModule_ZsetFirstInScoreRange)
-    } else {
-        api!(RedisModule_ZsetLastInScoreRange)
-    };
-    // SAFETY: the key is an open, non-empty sorted set.
-    unsafe {
-        seek(key.raw, min, max, min_exclusive as c_int, 0) == raw::REDISMODULE_OK as c_int
-            && api!(RedisModule_ZsetRangeEndReached)(key.raw) == 0
-    }
-}
-
-fn current(key: &Key) -> (Owned, f64) {
-    let mut score = 0.0;
-    // SAFETY: the iterator is on an element (`seek` said so); the member is freed by `Owned`.
-    let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score) };
-    (Owned::adopt(key.ctx, member), score)
+    !key.is_empty() && key.zset_seek(min, max, min_exclusive, first)
 }
 
 /// Every entry of the sorted set at `key` as runs `(stamp_ms, count)`,
@@ -201,10 +140,8 @@ pub fn read_runs(key: &Key) -> Result<Vec<(i64, u64)>, String> {
         return Ok(runs);
     }
     let result = loop {
-        let mut score = 0.0;
-        // SAFETY: the iterator is on an element; the member is freed at once.
-        let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score) };
-        drop(Owned::adopt(key.ctx, member));
+        let (member, score) = key.zset_current();
+        drop(member);
         if !(0.0..=xcloak_core::args::MAX_EXACT_MS as f64).contains(&score) {
             break Err(format!(
                 "the sorted set holds a score ({score}) that is not a stamp from 0 to {}",
@@ -216,13 +153,11 @@ pub fn read_runs(key: &Key) -> Result<Vec<(i64, u64)>, String> {
             Some((last_ms, count)) if *last_ms == stamp_ms => *count += 1,
             _ => runs.push((stamp_ms, 1)),
         }
-        // SAFETY: the key is open and its range iterator started.
-        if unsafe { api!(RedisModule_ZsetRangeNext)(key.raw) } == 0 {
+        if !key.zset_next() {
             break Ok(runs);
         }
     };
-    // SAFETY: the key is open; its iterator is stopped once.
-    unsafe { api!(RedisModule_ZsetRangeStop)(key.raw) };
+    key.zset_stop();
     result
 }
 
@@ -233,10 +168,8 @@ pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
     for &(stamp_ms, count) in runs {
         let mut pending: Vec<Owned> = Vec::new();
         for k in 0..count as i64 {
-            let member = Owned::from_bytes(key.ctx, format_member(&mut buffer, stamp_ms, k));
-            let mut flags = raw::REDISMODULE_ZADD_NX as c_int;
-            // SAFETY: the key is open for writing, empty or a sorted set.
-            unsafe { api!(RedisModule_ZsetAdd)(key.raw, stamp_ms as f64, member.string, &mut flags) };
+            let member = Owned::from_bytes(key.ctx(), format_member(&mut buffer, stamp_ms, k));
+            key.zset_add_nx(stamp_ms as f64, &member);
             pending.push(member);
             if pending.len() == ZADD_BATCH {
                 replicate_zadd(key, stamp_ms, &pending.iter().collect::<Vec<_>>());
@@ -251,8 +184,7 @@ pub fn write_runs(key: &Key, runs: &[(i64, u64)]) {
 
 impl Log for ZsetLog {
     fn len(&self) -> u64 {
-        // SAFETY: the key is open.
-        unsafe { api!(RedisModule_ValueLength)(self.key.raw) as u64 }
+        self.key.value_length()
     }
 
     fn count_expired(&self, cutoff_ms: i64) -> u64 {
@@ -260,8 +192,7 @@ impl Log for ZsetLog {
             return 0;
         }
         let mut count = 1;
-        // SAFETY: the key is open and its range iterator started.
-        while unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } != 0 {
+        while self.key.zset_next() {
             count += 1;
         }
         self.stop();
@@ -282,8 +213,7 @@ impl Log for ZsetLog {
         let more = loop {
             expired[collected] = Some(self.current().0);
             collected += 1;
-            // SAFETY: the key is open and its range iterator started.
-            let next = unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } != 0;
+            let next = self.key.zset_next();
             if !next || collected == TRIM_BATCH {
                 break next;
             }
@@ -299,16 +229,14 @@ impl Log for ZsetLog {
             self.stop();
         }
         for member in expired.iter().flatten() {
-            // SAFETY: the key is open for writing and no iterator walks it now; `member` is a live string.
-            unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
+            self.key.zset_rem(member);
         }
         self.changes.trimmed = collected as u64;
         // A long backlog (more than a batch expired at once): one at a time.
         while more && self.seek(f64::NEG_INFINITY, cutoff, false, true) {
             let (member, _) = self.current();
             self.stop();
-            // SAFETY: the key is open for writing and no iterator walks it now; `member` is a live string.
-            unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
+            self.key.zset_rem(&member);
             self.changes.trimmed += 1;
         }
         self.changes.trimmed
@@ -319,8 +247,7 @@ impl Log for ZsetLog {
             return None;
         }
         for _ in 1..n {
-            // SAFETY: the key is open and its range iterator started.
-            if unsafe { api!(RedisModule_ZsetRangeNext)(self.key.raw) } == 0 {
+            if !self.key.zset_next() {
                 self.stop();
                 return None;
             }
@@ -347,15 +274,13 @@ impl Log for ZsetLog {
         while added < cost {
             let member = Owned::from_bytes(self.ctx(), format_member(&mut buffer, now_ms, slot));
             slot += 1;
-            let mut flags = raw::REDISMODULE_ZADD_NX as c_int;
-            // SAFETY: the key is open for writing and is empty or a sorted set;
-            // the score is an integer below 2^53, never NaN.
-            let status = unsafe { api!(RedisModule_ZsetAdd)(self.key.raw, now_ms as f64, member.string, &mut flags) };
-            if status != raw::REDISMODULE_OK as c_int {
+            // The key is empty or a sorted set; the score is an integer
+            // below 2^53, never NaN.
+            let Some(was_added) = self.key.zset_add_nx(now_ms as f64, &member) else {
                 break;
-            }
-            // NOP: that member exists (another writer's); try the next slot.
-            if flags & raw::REDISMODULE_ZADD_ADDED as c_int != 0 {
+            };
+            // Not added: that member exists (another writer's); try the next slot.
+            if was_added {
                 match self.first_added {
                     None => self.first_added = Some(member),
                     Some(_) => {
@@ -383,15 +308,13 @@ impl Log for ZsetLog {
         let mut members: Vec<Owned> = Vec::new();
         loop {
             members.push(self.current().0);
-            // SAFETY: the key is open and its range iterator started.
-            if members.len() as u64 == count || unsafe { api!(RedisModule_ZsetRangePrev)(self.key.raw) } == 0 {
+            if members.len() as u64 == count || !self.key.zset_prev() {
                 break;
             }
         }
         self.stop();
         for member in &members {
-            // SAFETY: the key is open for writing and is a sorted set.
-            unsafe { api!(RedisModule_ZsetRem)(self.key.raw, member.string, ptr::null_mut()) };
+            self.key.zset_rem(member);
         }
         if self.len() == 0 {
             self.key.delete(); // an empty window leaves no key (whatever the server did already)
@@ -415,24 +338,17 @@ fn score_ms(score: f64) -> i64 {
 /// module writes: its member is the one `format_member` gives its score
 /// (`eviction.rs` asks, for a key the server lends it).
 pub fn is_window(key: &Key) -> bool {
-    // SAFETY: the key is open for reading; the range iterator is stopped and
-    // the element string freed before returning.
-    unsafe {
-        if api!(RedisModule_KeyType)(key.raw) as isize != raw::REDISMODULE_KEYTYPE_ZSET {
-            return false;
-        }
-        let first = api!(RedisModule_ZsetFirstInScoreRange)(key.raw, f64::NEG_INFINITY, f64::INFINITY, 0, 0);
-        if first != raw::REDISMODULE_OK as c_int {
-            return false;
-        }
-        let mut score = 0.0;
-        let member = Owned::adopt(key.ctx, api!(RedisModule_ZsetRangeCurrentElement)(key.raw, &mut score));
-        let window = !member.string.is_null()
-            && score.fract() == 0.0
-            && score.abs() < 9.0e15
-            && member_slot(member.bytes(), score as i64).is_some();
-        drop(member);
-        api!(RedisModule_ZsetRangeStop)(key.raw);
-        window
+    if key.key_type() != raw::REDISMODULE_KEYTYPE_ZSET || !key.zset_seek(f64::NEG_INFINITY, f64::INFINITY, false, true)
+    {
+        key.zset_stop();
+        return false;
     }
+    let (member, score) = key.zset_current();
+    let window = !member.is_null()
+        && score.fract() == 0.0
+        && score.abs() < 9.0e15
+        && member_slot(member.bytes(), score as i64).is_some();
+    drop(member);
+    key.zset_stop();
+    window
 }
