@@ -9,7 +9,10 @@
 #            Borrows (MIRIFLAGS=-Zmiri-tree-borrows). The tests take smaller
 #            sizes under cfg(miri) (Miri interprets some 10,000 times slower
 #            than native code), the same boundaries. --lib: the crate has no
-#            doc tests, and rustdoc under Miri costs seconds for none. Skipped,
+#            doc tests, and rustdoc under Miri costs seconds for none. Miri runs
+#            on one core, so the two models run side by side, Tree Borrows in
+#            its own target dir (target/miri-tree-borrows; cargo holds a target
+#            dir's lock while its tests run), each log printed whole. Skipped,
 #            loudly, while the workspace has no package xcloak-core.
 #   clients  scripts/clients.sh lint: each clients/<lang>/lint.sh (a package
 #            without one is MISSING and fails)
@@ -35,6 +38,28 @@ gate() {
     summary+=$(printf '%-22s %-7s %4ss' "$name" "$status" $(( SECONDS - start )))$'\n'
 }
 
+# A gate started in the background (gate_start NAME CMD...), its log and
+# status collected by gate_wait NAME, in the order of the waits.
+declare -A bg_pid=() bg_start=() bg_log=()
+gate_start() {
+    local name=$1; shift
+    [[ $name == "${LINT_ONLY:-}"* ]] || return 0
+    bg_log[$name]=$(mktemp)
+    bg_start[$name]=$SECONDS
+    echo "== lint: $name (started, beside the next): $*"
+    "$@" >"${bg_log[$name]}" 2>&1 &
+    bg_pid[$name]=$!
+}
+gate_wait() {
+    local name=$1 status
+    [ -n "${bg_pid[$name]:-}" ] || return 0
+    if wait "${bg_pid[$name]}"; then status=passed; else status=FAILED; failed=1; fi
+    echo "== lint: $name, its output"
+    cat "${bg_log[$name]}"
+    rm -f "${bg_log[$name]}"
+    summary+=$(printf '%-22s %-7s %4ss' "$name" "$status" $(( SECONDS - bg_start[$name] )))$'\n'
+}
+
 # A workspace package named xcloak-core. Its id is "path+file:///DIR#xcloak-core@V",
 # or "path+file:///.../xcloak-core#V" when its folder has the package's name.
 has_core() {
@@ -47,9 +72,10 @@ gate fmt $CARGO fmt --all --check
 gate "fmt (fuzz)" bash -c "cd fuzz && $CARGO fmt --check"
 if has_core; then
     read -r -a miri_tests <<< "${MIRI_TESTS-}"
+    gate_start "miri (tree borrows)" env MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-tree-borrows" \
+        $CARGO +nightly miri test -p xcloak-core --lib --target-dir target/miri-tree-borrows "${miri_tests[@]}"
     gate "miri (stacked borrows)" $CARGO +nightly miri test -p xcloak-core --lib "${miri_tests[@]}"
-    gate "miri (tree borrows)" env MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-tree-borrows" \
-        $CARGO +nightly miri test -p xcloak-core --lib "${miri_tests[@]}"
+    gate_wait "miri (tree borrows)"
 else
     echo "######################################################################" >&2
     echo "## lint: MIRI SKIPPED: the workspace has no package xcloak-core yet  ##" >&2

@@ -39,6 +39,7 @@ mod grammar;
 mod hostile;
 mod hostile_restore;
 mod hygiene;
+mod layout;
 mod lua_fallback;
 mod memcheck;
 mod memory;
