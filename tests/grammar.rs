@@ -567,3 +567,40 @@ fn errors_match_the_snapshot() {
     }
     common::snapshot::check("grammar_errors.txt", &live);
 }
+
+/// docs/commands.md states the ranges of the grammar's table
+/// (`xcloak_core::grammar`, which the parser and COMMAND DOCS read): its
+/// Arguments table and its Errors table. What would fail: a range changed in
+/// the grammar and not in the docs, or the other way round.
+#[test]
+fn the_commands_doc_states_the_grammars_ranges() {
+    use xcloak_core::grammar::{self, DEFAULT_MAX_LIMIT, MAX_TIERS};
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/commands.md")).unwrap();
+    let row = |label: &str| -> String {
+        let start = format!("| {label} |");
+        let line = doc.lines().find(|line| line.starts_with(&start));
+        line.unwrap_or_else(|| panic!("docs/commands.md has no row {start}"))
+            .replace('`', "")
+    };
+    for (label, arg) in [
+        ("`window`", grammar::WINDOW),
+        ("`limit`", grammar::LIMIT),
+        ("`COST cost`", grammar::COST),
+        ("`NOW unix-ms`", grammar::NOW),
+    ] {
+        let range = arg.range().unwrap();
+        assert!(
+            row(label).contains(&range.text()),
+            "{label}: {} in {}",
+            range.text(),
+            row(label)
+        );
+        let error = format!("`ERR {}`", range.error(arg.label(), DEFAULT_MAX_LIMIT));
+        assert!(doc.contains(&error), "docs/commands.md does not quote {error}");
+    }
+    assert!(row("`limit`").contains(&format!("(default {DEFAULT_MAX_LIMIT})")));
+    let tiers = format!("up to {} times ({MAX_TIERS} tiers in all)", grammar::TIER.times);
+    assert!(row("`TIER window limit`").contains(&tiers), "{tiers}");
+    let stamp = grammar::REFUND_STAMP.range().unwrap().error("stamp", DEFAULT_MAX_LIMIT);
+    assert!(doc.contains(&format!("`ERR {stamp}`")), "{stamp}");
+}
