@@ -291,6 +291,9 @@ pub fn parse_refund(argv: &[&[u8]]) -> Result<Refund, ArgError> {
 /// The `window limit` pair of a tier, by the args that declare them. Tier 0
 /// (`tier: None`) is the positional pair, named as in a call without `TIER`;
 /// tier `n` is `Some((TIER, n))`, its errors naming it (`window of TIER 2 ...`).
+/// Inlined: the args are constants of the table, so their ranges fold into
+/// the comparisons, as literals would.
+#[inline(always)]
 fn parse_tier(
     [window_arg, limit_arg]: [&Arg; 2],
     window: &[u8],
@@ -346,13 +349,14 @@ fn out_of_range(arg: &Arg, label: &str, max_limit: i64) -> ArgError {
 }
 
 /// The integer in `bytes` if it is one and lies in `arg`'s range.
-#[inline]
+#[inline(always)]
 fn checked(bytes: &[u8], arg: &Arg, max_limit: i64) -> Option<i64> {
     let range = arg.range()?;
     parse_i64(bytes).filter(|value| (range.min..=range.max(max_limit)).contains(value))
 }
 
 /// The value of `arg` (REFUND's ranges do not depend on `max_limit`).
+#[inline(always)]
 fn parse_arg(bytes: &[u8], arg: &Arg, max_limit: i64) -> Result<i64, ArgError> {
     checked(bytes, arg, max_limit).ok_or_else(|| out_of_range(arg, arg.label(), max_limit))
 }

@@ -55,6 +55,33 @@ impl Token {
         Token::Oldest,
     ];
 
+    /// The length of the longest word.
+    pub const LONGEST: usize = {
+        let mut longest = 0;
+        let mut i = 0;
+        while i < Token::ALL.len() {
+            if Token::ALL[i].word().len() > longest {
+                longest = Token::ALL[i].word().len();
+            }
+            i += 1;
+        }
+        longest
+    };
+
+    /// The word's bytes as one integer, the first in the lowest byte (a
+    /// token is at most 8 bytes: checked at compile time below).
+    #[inline]
+    pub const fn packed(self) -> u64 {
+        let word = self.word().as_bytes();
+        let mut packed = 0u64;
+        let mut i = 0;
+        while i < word.len() {
+            packed |= (word[i] as u64) << (8 * i);
+            i += 1;
+        }
+        packed
+    }
+
     pub const fn word(self) -> &'static str {
         match self {
             Token::Tier => "TIER",
@@ -66,6 +93,8 @@ impl Token {
         }
     }
 }
+
+const _: () = assert!(Token::LONGEST <= 8, "a token is packed into a u64");
 
 /// The upper end of a [`Range`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,13 +309,19 @@ impl Command {
     /// The token `word` names (any case) and its arg, if this command takes it.
     #[inline]
     pub fn option(&self, word: &[u8]) -> Option<(Token, &'static Arg)> {
+        // Upper-cased and packed once into an integer (a word longer than
+        // every token is none), then compared with each token's: one
+        // comparison a token, no call to memcmp.
+        if word.len() > Token::LONGEST {
+            return None;
+        }
+        let mut packed = 0u64;
+        for (i, b) in word.iter().enumerate() {
+            packed |= u64::from(b.to_ascii_uppercase()) << (8 * i);
+        }
         self.args.iter().find_map(|arg| {
             let token = arg.token?;
-            token
-                .word()
-                .as_bytes()
-                .eq_ignore_ascii_case(word)
-                .then_some((token, arg))
+            (token.packed() == packed && token.word().len() == word.len()).then_some((token, arg))
         })
     }
 

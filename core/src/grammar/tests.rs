@@ -230,3 +230,30 @@ fn either_lists_alternatives() {
     assert_eq!(ALLOW.expected_options(), "TIER, COST, NOW, DETAILS or STAMP");
     assert_eq!(PEEK.expected_options(), "TIER, COST, NOW or OLDEST");
 }
+
+/// The packed comparison takes a word only whole: not with a trailing NUL
+/// (which packs as the padding does), a prefix, an extension, or past the
+/// longest token.
+#[test]
+fn option_words_match_whole() {
+    let found = |word: &[u8]| ALLOW.option(word).map(|(token, _)| token);
+    assert_eq!(found(b"now"), Some(Token::Now));
+    assert_eq!(found(b"dEtAiLs"), Some(Token::Details));
+    for word in [
+        &b"NOW\0"[..],
+        b"\0NOW",
+        b"NO",
+        b"NOWS",
+        b"DETAILSX",
+        b"DETAILS\0",
+        b"",
+        b"OLDEST",
+        b"\xcf\x84IER",
+    ] {
+        assert_eq!(found(word), None, "{word:?}");
+    }
+    assert_eq!(PEEK.option(b"oldest").map(|(token, _)| token), Some(Token::Oldest));
+    assert_eq!(REFUND.option(b"TIER"), None);
+    assert!(Token::ALL.iter().all(|token| token.word().len() <= Token::LONGEST));
+    assert_eq!(Token::LONGEST, "DETAILS".len());
+}
