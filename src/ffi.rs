@@ -8,7 +8,9 @@
 //!   naming it, keyspace events);
 //! - [`Owned`]: a module string, freed on drop; [`bytes_of`] borrows a string's
 //!   bytes for as long as the string;
-//! - a command's arguments ([`with_arguments`], [`with_words`]) and its replies.
+//! - a command's arguments ([`with_arguments`], [`with_words`]) and its replies;
+//! - [`command_info`]: `COMMAND DOCS` / `COMMAND INFO` and ACL categories as
+//!   the server's C structures.
 //!
 //! The crate denies `unsafe_code` (lib.rs); this file is where it is allowed,
 //! with the registration and callback files not yet moved here (`lib.rs`
@@ -23,6 +25,8 @@ use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr;
 
 use redis_module::raw;
+
+pub mod command_info;
 
 /// Calls a function of the module API. Every one used here exists on all
 /// supported servers (checked at load, see `lib.rs`).

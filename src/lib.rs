@@ -8,7 +8,9 @@
 //! compact type, about a byte per request in large windows (`STORAGE compact`).
 //!
 //! Architecture: the pure core is its own crate, `xcloak-core` (`core/`, no
-//! module API): `args` parses a command line into a typed request, strictly;
+//! module API): `grammar` declares each command once (its words, ranges,
+//! flags and doc text), from which `args` parses a command line into a typed
+//! request, strictly, and this crate registers the commands and their docs;
 //! `window` takes the decision in plain Rust over a small `Log` trait; `log`
 //! is the compact form's log and its encodings; `member` and `effect` the
 //! sorted-set members and the compact form's effect text. Here, [`store`] is
@@ -17,7 +19,8 @@
 //! side, and the replication of effects; [`commands`] wires them into
 //! handlers; [`eviction`] counts evicted windows over the store; this file
 //! registers everything with the server (the eviction hooks included, so that
-//! imports only point down), with [`metadata`] (COMMAND DOCS, ACL categories)
+//! imports only point down), with [`metadata`] (COMMAND DOCS, ACL categories,
+//! mapped from the grammar to the server's terms)
 //! and [`config`] (`MAX-LIMIT`, `STORAGE`, `xcloak.*`, the settings it owns).
 
 // Unit tests build without the registration (`module`), which is what uses
@@ -25,8 +28,8 @@
 #![cfg_attr(test, allow(dead_code))]
 // `unsafe` lives at the border with the server, `ffi.rs`: the compiler holds
 // the rule. The files still marked below register the module's type,
-// settings, events and metadata with raw callbacks; they are the next to
-// move behind `ffi.rs`.
+// settings and events with raw callbacks; they are the next to move behind
+// `ffi.rs`.
 #![deny(unsafe_code)]
 
 mod commands;
@@ -36,7 +39,6 @@ mod config;
 mod eviction;
 #[allow(unsafe_code)]
 mod ffi;
-#[allow(unsafe_code)] // COMMAND DOCS' C structs (to move to ffi.rs)
 mod metadata;
 mod store;
 mod version;
@@ -47,8 +49,9 @@ mod module {
     use std::ffi::{c_int, CStr};
 
     use redis_module::{raw, Context, RedisString, Status};
+    use xcloak_core::grammar::{self, Command};
 
-    use crate::metadata::{self, CommandDoc};
+    use crate::metadata;
     use crate::store::{self, compact};
     use crate::{commands, config, eviction, ffi};
 
@@ -62,13 +65,13 @@ mod module {
 
     type Handler = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
-    /// Handler, flags, documentation. Key positions are 1,1,1 for all.
-    const COMMANDS: [(Handler, &CStr, &CommandDoc); 5] = [
-        (commands::allow, c"write deny-oom fast", &metadata::ALLOW),
-        (commands::peek, c"readonly fast", &metadata::PEEK),
-        (commands::refund, c"write fast", &metadata::REFUND),
-        (commands::convert, c"write deny-oom", &metadata::CONVERT),
-        (commands::apply, c"write", &metadata::APPLY),
+    /// Each command's handler and grammar (its name, flags, key position and docs).
+    const COMMANDS: [(Handler, &Command); 5] = [
+        (commands::allow, &grammar::ALLOW),
+        (commands::peek, &grammar::PEEK),
+        (commands::refund, &grammar::REFUND),
+        (commands::convert, &grammar::CONVERT),
+        (commands::apply, &grammar::APPLY),
     ];
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -86,26 +89,28 @@ mod module {
             }
         }
         ffi::set_module_options(ctx.ctx, compact::registered());
-        for (handler, flags, doc) in COMMANDS {
-            // SAFETY: called from OnLoad with the server's context; the names
-            // and flags are NUL-terminated statics.
+        for (handler, command) in COMMANDS {
+            let (name, flags) = (metadata::text(command.name), metadata::text(command.flags));
+            let key = command.key_position() as c_int;
+            // SAFETY: called from OnLoad with the server's context; the name
+            // and flags are NUL-terminated, and copied by the server.
             let status = unsafe {
                 raw::RedisModule_CreateCommand.expect("CreateCommand")(
                     ctx.ctx,
-                    doc.name.as_ptr(),
+                    name.as_ptr(),
                     Some(handler),
                     flags.as_ptr(),
-                    1,
-                    1,
+                    key,
+                    key,
                     1,
                 )
             };
             if status != raw::REDISMODULE_OK as c_int {
-                return refuse(ctx, &format!("could not register {}", doc.name.to_string_lossy()));
+                return refuse(ctx, &format!("could not register {}", command.name));
             }
             // Metadata is documentation: a server that rejects it still gets
             // working commands, and the log says why COMMAND DOCS is bare.
-            if let Err(message) = metadata::describe(ctx.ctx, doc) {
+            if let Err(message) = metadata::describe(ctx.ctx, command) {
                 ctx.log_warning(&format!("xcloak: {message}; continuing without it"));
             }
         }

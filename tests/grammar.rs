@@ -485,3 +485,122 @@ fn replies_are_identical_under_resp2_and_resp3() {
     }
     assert_eq!(entries(&mut resp2, "two").len(), entries(&mut resp2, "three").len());
 }
+
+/// The bad calls of the snapshot `tests/fixtures/grammar_errors.txt`: each
+/// argument out of range at both ends and not an integer, each option
+/// unknown, repeated, without its value, or given to the wrong command, the
+/// 16th TIER, each tier's values, a bad CONVERT target, a bad REFUND stamp,
+/// and the arity errors the server answers from the declared arity.
+const SNAPSHOT_CALLS: &[&str] = &[
+    "XCLOAK.ALLOW k 0 5",
+    "XCLOAK.ALLOW k 9007199254740992 5",
+    "XCLOAK.ALLOW k ten 5",
+    "XCLOAK.ALLOW k 10 -1",
+    "XCLOAK.ALLOW k 10 1000001",
+    "XCLOAK.ALLOW k 10 5 COST 0",
+    "XCLOAK.ALLOW k 10 5 COST 1000001",
+    "XCLOAK.ALLOW k 10 5 COST",
+    "XCLOAK.ALLOW k 10 5 COST 1 cost 1",
+    "XCLOAK.ALLOW k 10 5 NOW -1",
+    "XCLOAK.ALLOW k 10 5 NOW 9007199254740992",
+    "XCLOAK.ALLOW k 10 5 NOW",
+    "XCLOAK.ALLOW k 10 5 NOW 1 NOW 1",
+    "XCLOAK.ALLOW k 10 5 DETAILS DETAILS",
+    "XCLOAK.ALLOW k 10 5 STAMP STAMP",
+    "XCLOAK.ALLOW k 10 5 OLDEST",
+    "XCLOAK.ALLOW k 10 5 FOO",
+    "XCLOAK.ALLOW k 10 5 TIER",
+    "XCLOAK.ALLOW k 10 5 TIER 10",
+    "XCLOAK.ALLOW k 10 5 TIER 0 5",
+    "XCLOAK.ALLOW k 10 5 TIER 10 5 TIER 10 1000001",
+    "XCLOAK.ALLOW k 10 5 TIER 10 5 TIER 10 5 TIER 10 5 TIER 10 5 TIER 10 5 TIER 10 5 TIER 10 5 TIER 10 5 \
+     TIER 10 5 TIER 10 5 TIER 10 5 TIER 10 5 TIER 10 5 TIER 10 5 TIER 10 5 TIER 10 5",
+    "XCLOAK.ALLOW k 10",
+    "XCLOAK.PEEK k 0 5",
+    "XCLOAK.PEEK k 10 1000001",
+    "XCLOAK.PEEK k 10 5 COST 0",
+    "XCLOAK.PEEK k 10 5 NOW -1",
+    "XCLOAK.PEEK k 10 5 DETAILS",
+    "XCLOAK.PEEK k 10 5 STAMP",
+    "XCLOAK.PEEK k 10 5 OLDEST OLDEST",
+    "XCLOAK.PEEK k 10 5 TIER 10 -1",
+    "XCLOAK.PEEK k 10 5 BAR",
+    "XCLOAK.PEEK k 10",
+    "XCLOAK.REFUND k -1",
+    "XCLOAK.REFUND k 9007199254740992",
+    "XCLOAK.REFUND k 1.5",
+    "XCLOAK.REFUND k 5 COST 0",
+    "XCLOAK.REFUND k 5 COST 1000001",
+    "XCLOAK.REFUND k 5 COST",
+    "XCLOAK.REFUND k 5 COST 1 COST 1",
+    "XCLOAK.REFUND k 5 NOW 1",
+    "XCLOAK.REFUND k",
+    "XCLOAK.CONVERT k list",
+    "XCLOAK.CONVERT k",
+    "XCLOAK.CONVERT k zset x",
+    "XCLOAK.APPLY",
+];
+
+/// Every error of `SNAPSHOT_CALLS`, and those of the configured bound
+/// (`MAX-LIMIT 50`), against the committed snapshot
+/// `tests/fixtures/grammar_errors.txt`, byte for byte: the Lua fallback and
+/// every client's conformance vectors repeat these texts. What would fail:
+/// any change of a word, a range or a unit in an error, or a bad call that
+/// succeeds.
+#[test]
+fn errors_match_the_snapshot() {
+    let mut live = String::new();
+    for (load_arguments, calls) in [
+        (&[][..], SNAPSHOT_CALLS),
+        (
+            &["MAX-LIMIT", "50"][..],
+            &["XCLOAK.ALLOW k 10 51", "XCLOAK.PEEK k 10 5 TIER 10 51"][..],
+        ),
+    ] {
+        let server = ServerConfig::default().module_args(load_arguments).start();
+        let mut conn = server.client();
+        live.push_str(&format!("module loaded with [{}]\n", load_arguments.join(" ")));
+        for line in calls {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            live.push_str(&format!("> {}\n{}\n", words.join(" "), error_of(&mut conn, &words)));
+        }
+    }
+    common::snapshot::check("grammar_errors.txt", &live);
+}
+
+/// docs/commands.md states the ranges of the grammar's table
+/// (`xcloak_core::grammar`, which the parser and COMMAND DOCS read): its
+/// Arguments table and its Errors table. What would fail: a range changed in
+/// the grammar and not in the docs, or the other way round.
+#[test]
+fn the_commands_doc_states_the_grammars_ranges() {
+    use xcloak_core::grammar::{self, DEFAULT_MAX_LIMIT, MAX_TIERS};
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/commands.md")).unwrap();
+    let row = |label: &str| -> String {
+        let start = format!("| {label} |");
+        let line = doc.lines().find(|line| line.starts_with(&start));
+        line.unwrap_or_else(|| panic!("docs/commands.md has no row {start}"))
+            .replace('`', "")
+    };
+    for (label, arg) in [
+        ("`window`", grammar::WINDOW),
+        ("`limit`", grammar::LIMIT),
+        ("`COST cost`", grammar::COST),
+        ("`NOW unix-ms`", grammar::NOW),
+    ] {
+        let range = arg.range().unwrap();
+        assert!(
+            row(label).contains(&range.text()),
+            "{label}: {} in {}",
+            range.text(),
+            row(label)
+        );
+        let error = format!("`ERR {}`", range.error(arg.label(), DEFAULT_MAX_LIMIT));
+        assert!(doc.contains(&error), "docs/commands.md does not quote {error}");
+    }
+    assert!(row("`limit`").contains(&format!("(default {DEFAULT_MAX_LIMIT})")));
+    let tiers = format!("up to {} times ({MAX_TIERS} tiers in all)", grammar::TIER.times);
+    assert!(row("`TIER window limit`").contains(&tiers), "{tiers}");
+    let stamp = grammar::REFUND_STAMP.range().unwrap().error("stamp", DEFAULT_MAX_LIMIT);
+    assert!(doc.contains(&format!("`ERR {stamp}`")), "{stamp}");
+}

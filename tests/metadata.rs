@@ -637,3 +637,45 @@ fn module_load_at_runtime_refuses_bad_arguments() {
         assert!(field(&docs, "xcloak.peek").is_some(), "docs after a reload: {docs:?}");
     }
 }
+
+/// The whole of `COMMAND DOCS` and `COMMAND INFO` of every command, as Redis
+/// 7.0 replies them (RESP3), against the committed snapshot
+/// `tests/fixtures/command_docs.txt` (rendered by `common::snapshot`).
+///
+/// What would fail: any byte of a summary, complexity, tip, argument (name,
+/// type, token, flags, block), arity, flag, key position or key spec that
+/// changes, for instance when the grammar they are generated from drifts from
+/// what the parser accepts. Other servers add fields of their own (7.2+: the
+/// ACL categories in COMMAND INFO; 6.2: no DOCS at all), which the other
+/// tests of this file assert; the snapshot is compared on 7.0.
+#[test]
+fn command_docs_and_info_match_the_snapshot() {
+    let (major, minor, _) = server_version();
+    if is_valkey() || (major, minor) != (7, 0) {
+        eprintln!("skipped: the snapshot is of Redis 7.0's replies (this server is {major}.{minor})");
+        return;
+    }
+    let server = Server::start();
+    let mut conn = redis::Client::open(format!("{}?protocol=resp3", server.url()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let names = [
+        "xcloak.allow",
+        "xcloak.peek",
+        "xcloak.refund",
+        "xcloak.convert",
+        "xcloak.apply",
+    ];
+    let mut live = String::new();
+    for subcommand in ["DOCS", "INFO"] {
+        let reply: Value = redis::cmd("COMMAND")
+            .arg(subcommand)
+            .arg(&names)
+            .query(&mut conn)
+            .unwrap();
+        live.push_str(&format!("COMMAND {subcommand} {}\n", names.join(" ")));
+        common::snapshot::render(&reply, 1, &mut live);
+    }
+    common::snapshot::check("command_docs.txt", &live);
+}

@@ -1,9 +1,13 @@
-//! Strict parsing of an `XCLOAK.*` command line into a typed [`Request`].
+//! Strict parsing of an `XCLOAK.*` command line into a typed [`Request`],
+//! from the grammar's tables ([`crate::grammar`]).
 //!
 //! Integers are parsed the way Redis parses them (`string2ll`): optional `-`,
 //! then digits with no leading zero, no spaces, no `+`, no decimals, no hex, no
-//! exponent, no overflow. Every error names the argument and its valid range,
-//! and parsing happens before any key is touched, so a bad call changes nothing.
+//! exponent, no overflow. An option is recognised by the token its command's
+//! table declares, a value is checked against its arg's range there, and every
+//! error names the arg and states that range (so the table, the parser and
+//! `COMMAND DOCS` cannot disagree). Parsing happens before any key is touched,
+//! so a bad call changes nothing.
 //!
 //! A call may limit several windows at once: the positional `window limit` is
 //! tier 0, and each `TIER window limit` adds the next one (up to
@@ -13,18 +17,8 @@
 use std::fmt;
 use std::mem::MaybeUninit;
 
-/// Largest integer a sorted-set score (an IEEE double) holds exactly: 2^53 - 1.
-pub const MAX_EXACT_MS: i64 = 9_007_199_254_740_991;
-/// Default upper bound of `limit` (configurable with `MAX-LIMIT` / `xcloak.max-limit`).
-pub const DEFAULT_MAX_LIMIT: i64 = 1_000_000;
-/// Upper bound of `COST`.
-pub const MAX_COST: i64 = 1_000_000;
-/// Largest value `MAX-LIMIT` may be configured to.
-pub const MAX_LIMIT_CEILING: i64 = 1_000_000_000;
-/// Smallest value `MAX-LIMIT` / `xcloak.max-limit` may take.
-pub const MAX_LIMIT_FLOOR: i64 = 1;
-/// Most tiers in one call: the positional pair and up to 15 `TIER`s.
-pub const MAX_TIERS: usize = 16;
+use crate::grammar::{self, Arg, Token};
+pub use crate::grammar::{DEFAULT_MAX_LIMIT, MAX_COST, MAX_EXACT_MS, MAX_LIMIT_CEILING, MAX_LIMIT_FLOOR, MAX_TIERS};
 
 /// A storage form of a window, by name: `STORAGE zset|compact` at load,
 /// `xcloak.storage`, and `XCLOAK.CONVERT key ZSET|COMPACT` (any case).
@@ -55,11 +49,18 @@ impl Storage {
 
 /// Parses `XCLOAK.CONVERT key ZSET|COMPACT` (the command name first).
 pub fn parse_convert(argv: &[&[u8]]) -> Result<Storage, ArgError> {
-    if argv.len() != 3 {
+    if !arity_fits(&grammar::CONVERT, argv) {
         return Err(ArgError::Arity);
     }
-    Storage::parse(argv[2])
-        .ok_or_else(|| invalid(format!("target must be ZSET or COMPACT (got '{}')", printable(argv[2]))))
+    let target = &grammar::TARGET;
+    Storage::parse(argv[2]).ok_or_else(|| {
+        invalid(format!(
+            "{} must be {} (got '{}')",
+            target.name,
+            grammar::either(target.choices()),
+            printable(argv[2])
+        ))
+    })
 }
 
 /// Which command is being parsed: they share a grammar but not every option.
@@ -69,20 +70,24 @@ pub enum Command {
     Peek,
 }
 
-/// Whose options are being read: ALLOW's, PEEK's, or REFUND's (`COST` only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Grammar {
-    Allow,
-    Peek,
-    Refund,
+impl Command {
+    /// Its table.
+    pub fn grammar(self) -> &'static grammar::Command {
+        match self {
+            Command::Allow => &grammar::ALLOW,
+            Command::Peek => &grammar::PEEK,
+        }
+    }
 }
 
-impl From<Command> for Grammar {
-    fn from(command: Command) -> Grammar {
-        match command {
-            Command::Allow => Grammar::Allow,
-            Command::Peek => Grammar::Peek,
-        }
+/// Whether `argv` (the command name first) has as many words as `command`'s
+/// arity asks: exactly, or at least when the arity is negative.
+fn arity_fits(command: &grammar::Command, argv: &[&[u8]]) -> bool {
+    let words = command.arity.unsigned_abs() as usize;
+    if command.arity < 0 {
+        argv.len() >= words
+    } else {
+        argv.len() == words
     }
 }
 
@@ -190,10 +195,11 @@ pub enum ArgError {
 
 /// Parses `argv` (the command name first, then the key) of XCLOAK.ALLOW or XCLOAK.PEEK.
 pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request, ArgError> {
-    if argv.len() < 4 {
+    let grammar = command.grammar();
+    if !arity_fits(grammar, argv) {
         return Err(ArgError::Arity);
     }
-    let first = parse_tier(argv[2], argv[3], max_limit, 0)?;
+    let first = parse_tier([&grammar::WINDOW, &grammar::LIMIT], argv[2], argv[3], max_limit, None)?;
     let mut request = Request {
         tiers: Tiers::one(first),
         cost: 1,
@@ -205,53 +211,51 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
 
     let (mut seen_cost, mut seen_now) = (false, false);
     let mut rest = argv[4..].iter();
-    while let Some(option) = rest.next() {
-        let keyword =
-            Keyword::from_bytes(option, command.into()).ok_or_else(|| unknown_option(option, command.into()))?;
-        let seen = match keyword {
-            Keyword::Tier => {
+    while let Some(word) = rest.next() {
+        let (token, arg) = grammar.option(word).ok_or_else(|| unknown_option(word, grammar))?;
+        let seen = match token {
+            Token::Tier => {
                 let (Some(window), Some(limit)) = (rest.next(), rest.next()) else {
-                    return Err(invalid("syntax error, TIER needs a window and a limit".to_string()));
+                    return Err(invalid(format!(
+                        "syntax error, {} needs {}",
+                        arg.label(),
+                        block_words(arg)
+                    )));
                 };
-                let tier = parse_tier(window, limit, max_limit, request.tiers.len())?;
+                let members = arg.block();
+                let tier = parse_tier(
+                    [&members[0], &members[1]],
+                    window,
+                    limit,
+                    max_limit,
+                    Some((arg.label(), request.tiers.len())),
+                )?;
                 if !request.tiers.push(tier) {
                     return Err(invalid(format!(
-                        "syntax error, TIER is given more than {} times (at most {MAX_TIERS} tiers in all)",
-                        MAX_TIERS - 1
+                        "syntax error, {} is given more than {} times (at most {} {}s in all)",
+                        arg.label(),
+                        arg.times,
+                        arg.times + 1,
+                        arg.name
                     )));
                 }
                 continue;
             }
-            Keyword::Cost => &mut seen_cost,
-            Keyword::Now => &mut seen_now,
-            Keyword::Details => &mut request.details,
-            Keyword::Stamp => &mut request.stamp,
-            Keyword::Oldest => &mut request.oldest,
+            Token::Cost => &mut seen_cost,
+            Token::Now => &mut seen_now,
+            Token::Details => &mut request.details,
+            Token::Stamp => &mut request.stamp,
+            Token::Oldest => &mut request.oldest,
         };
         if *seen {
-            return Err(invalid(format!(
-                "syntax error, {} is given more than once",
-                keyword.label()
-            )));
+            return Err(repeated(arg));
         }
         *seen = true;
-        let mut value = || {
-            rest.next()
-                .copied()
-                .ok_or_else(|| invalid(format!("syntax error, {} needs a value", keyword.label())))
-        };
-        match keyword {
-            Keyword::Cost => request.cost = parse_in_range(value()?, "COST", 1, MAX_COST, "")?,
-            Keyword::Now => {
-                request.now_ms = Some(parse_in_range(
-                    value()?,
-                    "NOW",
-                    0,
-                    MAX_EXACT_MS,
-                    " (unix time in milliseconds)",
-                )?)
-            }
-            Keyword::Details | Keyword::Stamp | Keyword::Oldest | Keyword::Tier => {}
+        let mut value = || rest.next().copied().ok_or_else(|| needs_value(arg));
+        match token {
+            Token::Cost => request.cost = parse_arg(value()?, arg, max_limit)?,
+            Token::Now => request.now_ms = Some(parse_arg(value()?, arg, max_limit)?),
+            Token::Details | Token::Stamp | Token::Oldest | Token::Tier => {}
         }
     }
     Ok(request)
@@ -259,124 +263,102 @@ pub fn parse(command: Command, argv: &[&[u8]], max_limit: i64) -> Result<Request
 
 /// Parses `XCLOAK.REFUND key stamp [COST cost]` (the command name first).
 pub fn parse_refund(argv: &[&[u8]]) -> Result<Refund, ArgError> {
-    if argv.len() < 3 {
+    let grammar = &grammar::REFUND;
+    if !arity_fits(grammar, argv) {
         return Err(ArgError::Arity);
     }
-    let stamp_ms = parse_in_range(argv[2], "stamp", 0, MAX_EXACT_MS, " (unix time in milliseconds)")?;
+    let stamp = &grammar::REFUND_STAMP;
+    let stamp_ms = parse_arg(argv[2], stamp, DEFAULT_MAX_LIMIT)?;
     let mut refund = Refund { stamp_ms, cost: 1 };
     let mut seen_cost = false;
     let mut rest = argv[3..].iter();
-    while let Some(option) = rest.next() {
-        match Keyword::from_bytes(option, Grammar::Refund) {
-            Some(Keyword::Cost) if seen_cost => {
-                return Err(invalid("syntax error, COST is given more than once".to_string()));
-            }
-            Some(Keyword::Cost) => {
+    while let Some(word) = rest.next() {
+        match grammar.option(word) {
+            Some((Token::Cost, arg)) => {
+                if seen_cost {
+                    return Err(repeated(arg));
+                }
                 seen_cost = true;
-                let value = rest
-                    .next()
-                    .ok_or_else(|| invalid("syntax error, COST needs a value".to_string()))?;
-                refund.cost = parse_in_range(value, "COST", 1, MAX_COST, "")?;
+                let value = rest.next().ok_or_else(|| needs_value(arg))?;
+                refund.cost = parse_arg(value, arg, DEFAULT_MAX_LIMIT)?;
             }
-            _ => return Err(unknown_option(option, Grammar::Refund)),
+            _ => return Err(unknown_option(word, grammar)),
         }
     }
     Ok(refund)
 }
 
-/// The `window limit` pair of tier `number`. Errors name the tier (`window of
-/// TIER 2 ...`), except tier 0's, which are those of a call without `TIER`.
-fn parse_tier(window: &[u8], limit: &[u8], max_limit: i64, number: usize) -> Result<Tier, ArgError> {
+/// The `window limit` pair of a tier, by the args that declare them. Tier 0
+/// (`tier: None`) is the positional pair, named as in a call without `TIER`;
+/// tier `n` is `Some((TIER, n))`, its errors naming it (`window of TIER 2 ...`).
+/// Inlined: the args are constants of the table, so their ranges fold into
+/// the comparisons, as literals would.
+#[inline(always)]
+fn parse_tier(
+    [window_arg, limit_arg]: [&Arg; 2],
+    window: &[u8],
+    limit: &[u8],
+    max_limit: i64,
+    tier: Option<(&str, usize)>,
+) -> Result<Tier, ArgError> {
     // Built on the error path only: a valid call allocates nothing.
-    let name = |argument: &str| {
-        if number == 0 {
-            argument.to_string()
-        } else {
-            format!("{argument} of TIER {number}")
-        }
+    let name = |arg: &Arg| match tier {
+        None => arg.label().to_string(),
+        Some((token, number)) => format!("{} of {token} {number}", arg.label()),
     };
-    let window_ms = in_range(window, 1, MAX_EXACT_MS)
-        .ok_or_else(|| range_error(&name("window"), 1, MAX_EXACT_MS, " (milliseconds)"))?;
-    let limit = in_range(limit, 0, max_limit).ok_or_else(|| range_error(&name("limit"), 0, max_limit, ""))?;
+    let window_ms =
+        checked(window, window_arg, max_limit).ok_or_else(|| out_of_range(window_arg, &name(window_arg), max_limit))?;
+    let limit =
+        checked(limit, limit_arg, max_limit).ok_or_else(|| out_of_range(limit_arg, &name(limit_arg), max_limit))?;
     Ok(Tier { window_ms, limit })
 }
 
-/// An option word.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Keyword {
-    Tier,
-    Cost,
-    Now,
-    Details,
-    Stamp,
-    Oldest,
+/// `a window and a limit`: what a block's token needs after it.
+fn block_words(arg: &Arg) -> String {
+    let words: Vec<String> = arg.block().iter().map(|member| format!("a {}", member.name)).collect();
+    words.join(" and ")
 }
 
-impl Keyword {
-    /// The keyword `bytes` names (any case), if `command` takes it.
-    fn from_bytes(bytes: &[u8], grammar: Grammar) -> Option<Self> {
-        let mut upper = [0u8; 7];
-        let upper = upper.get_mut(..bytes.len())?;
-        for (u, b) in upper.iter_mut().zip(bytes) {
-            *u = b.to_ascii_uppercase();
-        }
-        let keyword = match &*upper {
-            b"TIER" => Keyword::Tier,
-            b"COST" => Keyword::Cost,
-            b"NOW" => Keyword::Now,
-            b"DETAILS" => Keyword::Details,
-            b"STAMP" => Keyword::Stamp,
-            b"OLDEST" => Keyword::Oldest,
-            _ => return None,
-        };
-        let taken = match grammar {
-            Grammar::Allow => keyword != Keyword::Oldest,
-            Grammar::Peek => !matches!(keyword, Keyword::Details | Keyword::Stamp),
-            Grammar::Refund => keyword == Keyword::Cost,
-        };
-        taken.then_some(keyword)
-    }
+fn repeated(arg: &Arg) -> ArgError {
+    invalid(format!("syntax error, {} is given more than once", arg.label()))
+}
 
-    fn label(self) -> &'static str {
-        match self {
-            Keyword::Tier => "TIER",
-            Keyword::Cost => "COST",
-            Keyword::Now => "NOW",
-            Keyword::Details => "DETAILS",
-            Keyword::Stamp => "STAMP",
-            Keyword::Oldest => "OLDEST",
-        }
-    }
+fn needs_value(arg: &Arg) -> ArgError {
+    invalid(format!("syntax error, {} needs a value", arg.label()))
 }
 
 fn invalid(message: String) -> ArgError {
     ArgError::Invalid(message)
 }
 
-fn unknown_option(option: &[u8], grammar: Grammar) -> ArgError {
-    let expected = match grammar {
-        Grammar::Allow => "TIER, COST, NOW, DETAILS or STAMP",
-        Grammar::Peek => "TIER, COST, NOW or OLDEST",
-        Grammar::Refund => "COST",
-    };
+fn unknown_option(option: &[u8], grammar: &grammar::Command) -> ArgError {
     invalid(format!(
-        "syntax error, unknown option '{}' (expected {expected})",
-        printable(option)
+        "syntax error, unknown option '{}' (expected {})",
+        printable(option),
+        grammar.expected_options()
     ))
 }
 
-/// Error text for an integer argument out of its range, or not an integer at all.
-pub fn range_error(name: &str, min: i64, max: i64, unit: &str) -> ArgError {
-    invalid(format!("{name} must be an integer from {min} to {max}{unit}"))
+/// The error of `arg`'s value out of its range, or not an integer at all,
+/// naming it `label`.
+fn out_of_range(arg: &Arg, label: &str, max_limit: i64) -> ArgError {
+    match arg.range() {
+        Some(range) => invalid(range.error(label, max_limit)),
+        None => invalid(format!("{label} must be an integer")),
+    }
 }
 
-fn parse_in_range(bytes: &[u8], name: &str, min: i64, max: i64, unit: &str) -> Result<i64, ArgError> {
-    in_range(bytes, min, max).ok_or_else(|| range_error(name, min, max, unit))
+/// The integer in `bytes` if it is one and lies in `arg`'s range.
+#[inline(always)]
+fn checked(bytes: &[u8], arg: &Arg, max_limit: i64) -> Option<i64> {
+    let range = arg.range()?;
+    parse_i64(bytes).filter(|value| (range.min..=range.max(max_limit)).contains(value))
 }
 
-/// The integer in `bytes` if it is one and lies in `min..=max`.
-fn in_range(bytes: &[u8], min: i64, max: i64) -> Option<i64> {
-    parse_i64(bytes).filter(|value| (min..=max).contains(value))
+/// The value of `arg` (REFUND's ranges do not depend on `max_limit`).
+#[inline(always)]
+fn parse_arg(bytes: &[u8], arg: &Arg, max_limit: i64) -> Result<i64, ArgError> {
+    checked(bytes, arg, max_limit).ok_or_else(|| out_of_range(arg, arg.label(), max_limit))
 }
 
 /// Parses an integer exactly as Redis' `string2ll` accepts it. Not inlined:

@@ -1,8 +1,10 @@
 //! xcloak's pure core: everything the Redis module decides and stores that
 //! needs no server, tested and fuzzed without one, and run under Miri.
 //!
-//! [`args`] parses a command line into a typed request, strictly, with every
-//! error naming its argument and range; [`window`] takes the sliding-window
+//! [`grammar`] declares each command once (its words, ranges, flags and doc
+//! text, from which the parser, the registration and `COMMAND DOCS` are
+//! generated); [`args`] parses a command line into a typed request from it,
+//! strictly, with every error naming its argument and range; [`window`] takes the sliding-window
 //! decision over a small [`window::Log`] trait; [`log`] is the compact form's
 //! log (bit-packed blocks of runs, an index of blocks for large windows) and
 //! its two canonical encodings; [`member`] is the sorted-set form's member
@@ -21,6 +23,7 @@
 pub mod args;
 pub mod decimal;
 pub mod effect;
+pub mod grammar;
 pub mod log;
 pub mod member;
 pub mod window;

@@ -23,6 +23,7 @@ pub mod netns;
 pub mod resp;
 pub mod sentinel;
 pub mod sequences;
+pub mod snapshot;
 pub mod stream;
 pub mod valgrind;
 
