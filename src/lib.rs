@@ -23,31 +23,28 @@
 // Unit tests build without the registration (`module`), which is what uses
 // the handlers, metadata and config.
 #![cfg_attr(test, allow(dead_code))]
-// `unsafe` lives at the border with the server, `ffi.rs`: the compiler holds
-// the rule. The files still marked below register the module's type,
-// settings, events and metadata with raw callbacks; they are the next to
-// move behind `ffi.rs`.
+// `unsafe` lives at the border with the server, `ffi.rs` and `ffi/`: the
+// compiler holds the rule (and tests/hygiene.rs, that each block there has
+// its SAFETY line).
 #![deny(unsafe_code)]
 
 mod commands;
-#[allow(unsafe_code)] // registration and callbacks of the settings (to move to ffi.rs)
 mod config;
-#[allow(unsafe_code)] // server events, timers and INFO reads (to move to ffi.rs)
 mod eviction;
-#[allow(unsafe_code)]
+#[allow(unsafe_code)] // the border with the server
 mod ffi;
-#[allow(unsafe_code)] // COMMAND DOCS' C structs (to move to ffi.rs)
+#[allow(unsafe_code)] // COMMAND DOCS' C structs (to move to ffi/)
 mod metadata;
 mod store;
 mod version;
 
 #[cfg(not(test))]
-#[allow(unsafe_code)] // OnLoad's registration and the INFO callback (to move to ffi.rs)
 mod module {
-    use std::ffi::{c_int, CStr};
+    use std::ffi::CStr;
 
-    use redis_module::{raw, Context, RedisString, Status};
+    use redis_module::{Context, RedisString, Status};
 
+    use crate::ffi::registration::{self, CommandHandler, Info};
     use crate::metadata::{self, CommandDoc};
     use crate::store::{self, compact};
     use crate::{commands, config, eviction, ffi};
@@ -60,10 +57,8 @@ mod module {
         init: init,
     }
 
-    type Handler = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
-
     /// Handler, flags, documentation. Key positions are 1,1,1 for all.
-    const COMMANDS: [(Handler, &CStr, &CommandDoc); 5] = [
+    const COMMANDS: [(CommandHandler, &CStr, &CommandDoc); 5] = [
         (commands::allow, c"write deny-oom fast", &metadata::ALLOW),
         (commands::peek, c"readonly fast", &metadata::PEEK),
         (commands::refund, c"write fast", &metadata::REFUND),
@@ -87,20 +82,7 @@ mod module {
         }
         ffi::set_module_options(ctx.ctx, compact::registered());
         for (handler, flags, doc) in COMMANDS {
-            // SAFETY: called from OnLoad with the server's context; the names
-            // and flags are NUL-terminated statics.
-            let status = unsafe {
-                raw::RedisModule_CreateCommand.expect("CreateCommand")(
-                    ctx.ctx,
-                    doc.name.as_ptr(),
-                    Some(handler),
-                    flags.as_ptr(),
-                    1,
-                    1,
-                    1,
-                )
-            };
-            if status != raw::REDISMODULE_OK as c_int {
+            if !registration::create_command(ctx.ctx, doc.name, handler, flags) {
                 return refuse(ctx, &format!("could not register {}", doc.name.to_string_lossy()));
             }
             // Metadata is documentation: a server that rejects it still gets
@@ -123,9 +105,7 @@ mod module {
             redis_module::logging::log_warning(format!("xcloak: internal error: {panic}"));
             previous(panic);
         }));
-        // Replaces the info callback the macro registered (it runs before init).
-        // SAFETY: the OnLoad context; `info` is a static callback.
-        unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(info)) };
+        registration::set_info(ctx.ctx, info);
         ctx.log_notice(&format!("version {} loaded", crate::version::TEXT));
         Status::Ok
     }
@@ -136,7 +116,7 @@ mod module {
     }
 
     /// `INFO xcloak`: the version, counters since load, and the configured bound.
-    extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    fn info(info: &mut Info) {
         use std::sync::atomic::Ordering::Relaxed;
         let fields: [(&CStr, i64); 8] = [
             (c"admitted", commands::ADMITTED.load(Relaxed) as i64),
@@ -155,21 +135,13 @@ mod module {
         } else {
             c"not-registered"
         };
-        // SAFETY: `ctx` is the info context the server passed to this callback.
-        unsafe {
-            raw::RedisModule_InfoAddSection.expect("InfoAddSection")(ctx, c"stats".as_ptr());
-            let add_text = raw::RedisModule_InfoAddFieldCString.expect("InfoAddFieldCString");
-            add_text(ctx, c"version".as_ptr(), crate::version::C_TEXT.as_ptr());
-            for (name, value) in fields {
-                raw::RedisModule_InfoAddFieldLongLong.expect("InfoAddFieldLongLong")(ctx, name.as_ptr(), value);
-            }
-            add_text(ctx, c"storage".as_ptr(), storage.as_ptr() as *mut _);
-            add_text(ctx, c"compact_type".as_ptr(), compact_type.as_ptr() as *mut _);
-            add_text(
-                ctx,
-                c"evicted_forms".as_ptr(),
-                eviction::counted_forms().as_ptr() as *mut _,
-            );
+        info.section(c"stats");
+        info.field_text(c"version", crate::version::C_TEXT);
+        for (name, value) in fields {
+            info.field_i64(name, value);
         }
+        info.field_text(c"storage", &storage);
+        info.field_text(c"compact_type", compact_type);
+        info.field_text(c"evicted_forms", eviction::counted_forms());
     }
 }
