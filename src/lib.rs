@@ -11,14 +11,19 @@
 //! module API): `args` parses a command line into a typed request, strictly;
 //! `window` takes the decision in plain Rust over a small `Log` trait; `log`
 //! is the compact form's log and its encodings; `member` and `effect` the
-//! sorted-set members and the compact form's effect text. Here, [`store`] is
-//! the one folder that touches keys: the `Log` over a sorted set
-//! (`store/zset.rs`) and over the compact type (`store/compact.rs`), side by
-//! side, and the replication of effects; [`commands`] wires them into
-//! handlers; [`eviction`] counts evicted windows over the store; this file
-//! registers everything with the server (the eviction hooks included, so that
-//! imports only point down), with [`metadata`] (COMMAND DOCS, ACL categories)
-//! and [`config`] (`MAX-LIMIT`, `STORAGE`, `xcloak.*`, the settings it owns).
+//! sorted-set members and the compact form's effect text. Here, [`ffi`] is
+//! the border with the server, the one module where `unsafe` is allowed (each
+//! block with its SAFETY line): keys, strings, replies, the data type's
+//! callbacks and values (`ffi/datatype.rs`), events and timers, configs and
+//! registration, all behind safe functions, types and traits. Above it, in
+//! safe Rust: [`store`] is the one folder that touches keys: the `Log` over a
+//! sorted set (`store/zset.rs`) and over the compact type (`store/compact.rs`,
+//! which defines the type through `ffi::datatype::ModuleType`), side by side,
+//! and the replication of effects; [`commands`] wires them into handlers;
+//! [`eviction`] counts evicted windows over the store; this file registers
+//! everything with the server (the eviction hooks included, so that imports
+//! only point down), with [`metadata`] (COMMAND DOCS, ACL categories) and
+//! [`config`] (`MAX-LIMIT`, `STORAGE`, `xcloak.*`, the settings it owns).
 
 // Unit tests build without the registration (`module`), which is what uses
 // the handlers, metadata and config.
