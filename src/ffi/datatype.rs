@@ -210,7 +210,13 @@ impl Key {
 
     /// Stores `value` at the key (open for writing), replacing (and freeing)
     /// what it held.
-    pub fn set_value<T: ModuleType>(&mut self, data_type: &DataType<T>, value: T) -> *mut c_void {
+    pub fn set_value<T: ModuleType>(&mut self, data_type: &DataType<T>, value: T) {
+        self.store_value(data_type, value);
+    }
+
+    /// As `set_value`; the pointer the key holds now (null if refused).
+    #[inline]
+    fn store_value<T: ModuleType>(&mut self, data_type: &DataType<T>, value: T) -> *mut c_void {
         let raw = value.into_raw();
         // SAFETY: the key is open; on success the server owns `raw` and frees
         // it through the type's `free`.
@@ -302,7 +308,7 @@ impl<T: ModuleType> ValueKey<T> {
     /// Stores `value` at the key, replacing what it held.
     #[inline]
     pub fn set(&mut self, value: T) {
-        self.stored = self.key.set_value(T::data_type(), value);
+        self.stored = self.key.store_value(T::data_type(), value);
         // SAFETY: the pointer just handed to the server, lent as in `open`.
         self.value = ManuallyDrop::new(unsafe { T::from_raw(self.stored) });
     }

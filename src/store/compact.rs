@@ -1,6 +1,6 @@
 //! The compact form of a window: the module's data type `xcloaklog`, whose
 //! value is a [`RunLog`]'s root pointer (one bit-packed block, or an index of
-//! blocks: `encoding.rs`), and everything that makes it a real data type: RDB
+//! blocks: `xcloak_core::log`), and everything that makes it a real data type: RDB
 //! save/load with an encoding version (2, and 0.1.0's 1), AOF rewrite,
 //! DUMP/RESTORE (and so MIGRATE and resharding), COPY, MEMORY USAGE, lazy
 //! free, DEBUG DIGEST-VALUE, active defrag.

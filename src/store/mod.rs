@@ -4,7 +4,7 @@
 //! - [`zset`]: a sorted set, the layout of the article's script and of the
 //!   Lua fallback (`src/lua/`), so deployments move between them freely;
 //! - [`compact`]: the module's own data type `xcloaklog`, the log as
-//!   bit-packed blocks of runs ([`encoding`], pure Rust), about a byte per request.
+//!   bit-packed blocks of runs (`xcloak_core::log`, pure Rust), about a byte per request.
 //!
 //! Both implement [`Log`], so `window.rs` decides the same way over either.
 //! The form applies to keys a call *creates* ([`set_creation_form`], the
