@@ -18,11 +18,12 @@
 //! `xcloak.storage compact` is refused on a server loaded without it (the
 //! type can't be registered after load).
 
-use std::ffi::{c_char, c_int, c_longlong, c_void};
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 use redis_module::raw;
 
+use crate::ffi::config::{self as module_config, EnumConfig, NumericConfig};
 use crate::store::{self, compact};
 use xcloak_core::args::{parse_i64, Storage, DEFAULT_MAX_LIMIT, MAX_LIMIT_CEILING, MAX_LIMIT_FLOOR};
 
@@ -88,71 +89,43 @@ pub enum Registered {
     LoadArgumentOnly,
 }
 
+/// `xcloak.max-limit`.
+static MAX_LIMIT_CONFIG: NumericConfig = NumericConfig {
+    name: c"max-limit",
+    min: MAX_LIMIT_FLOOR,
+    max: MAX_LIMIT_CEILING,
+    get: max_limit,
+    set: set_max_limit,
+};
+
+/// `xcloak.storage`.
+static STORAGE_CONFIG: EnumConfig = EnumConfig {
+    name: c"storage",
+    choices: &[(c"zset", Storage::Zset as i32), (c"compact", Storage::Compact as i32)],
+    get: get_storage,
+    set: set_storage,
+};
+
 /// Applies the load arguments, then registers `xcloak.max-limit` and
 /// `xcloak.storage` with them as defaults and applies config-file values.
 /// Call from `OnLoad`, after the commands are created (and the compact type,
 /// if `STORAGE compact`).
 pub fn register(ctx: *mut raw::RedisModuleCtx, from_args: LoadArguments) -> Result<Registered, String> {
-    let max_limit_from_args = from_args.max_limit;
-    MAX_LIMIT.store(max_limit_from_args, Relaxed);
+    MAX_LIMIT.store(from_args.max_limit, Relaxed);
     store::set_creation_form(from_args.storage);
-    // SAFETY: reading the function pointers the server filled in at load.
-    let (register_numeric, register_enum, load_configs) = unsafe {
-        (
-            raw::RedisModule_RegisterNumericConfig,
-            raw::RedisModule_RegisterEnumConfig,
-            raw::RedisModule_LoadConfigs,
-        )
-    };
-    let (Some(register_numeric), Some(register_enum), Some(load_configs)) =
-        (register_numeric, register_enum, load_configs)
-    else {
+    if !module_config::supported() {
         return Ok(Registered::LoadArgumentOnly);
-    };
-    // SAFETY: `ctx` is the load context; the name is a NUL-terminated static;
-    // the callbacks only touch the MAX_LIMIT atomic.
-    let status = unsafe {
-        register_numeric(
-            ctx,
-            c"max-limit".as_ptr(),
-            max_limit_from_args,
-            raw::REDISMODULE_CONFIG_DEFAULT,
-            MAX_LIMIT_FLOOR,
-            MAX_LIMIT_CEILING,
-            Some(get_max_limit),
-            Some(set_max_limit),
-            None,
-            std::ptr::null_mut(),
-        )
-    };
-    if status != raw::REDISMODULE_OK as c_int {
+    }
+    if !module_config::register_numeric(ctx, &MAX_LIMIT_CONFIG, from_args.max_limit) {
         return Err("could not register the config xcloak.max-limit".to_string());
     }
-    let mut names = [c"zset".as_ptr(), c"compact".as_ptr()];
-    let values = [Storage::Zset as c_int, Storage::Compact as c_int];
-    // SAFETY: as above; the server copies the names and values.
-    let status = unsafe {
-        register_enum(
-            ctx,
-            c"storage".as_ptr(),
-            from_args.storage as c_int,
-            raw::REDISMODULE_CONFIG_DEFAULT,
-            names.as_mut_ptr(),
-            values.as_ptr(),
-            names.len() as c_int,
-            Some(get_storage),
-            Some(set_storage),
-            None,
-            std::ptr::null_mut(),
-        )
-    };
-    if status != raw::REDISMODULE_OK as c_int {
+    if !module_config::register_enum(ctx, &STORAGE_CONFIG, from_args.storage as i32) {
         return Err("could not register the config xcloak.storage".to_string());
     }
-    // SAFETY: as above. Applies `xcloak.*` from the config file or MODULE
-    // LOADEX; the server has checked them against their ranges, and
-    // `set_storage` refuses `compact` without the type (its message is logged).
-    if unsafe { load_configs(ctx) } != raw::REDISMODULE_OK as c_int {
+    // Applies `xcloak.*` from the config file or MODULE LOADEX; the server
+    // has checked them against their ranges, and `set_storage` refuses
+    // `compact` without the type (its message is logged).
+    if !module_config::load(ctx) {
         return Err(format!(
             "xcloak.max-limit or xcloak.storage from the configuration is invalid (max-limit: an integer \
              from {MAX_LIMIT_FLOOR} to {MAX_LIMIT_CEILING}; storage: zset, or compact with the load argument STORAGE compact)"
@@ -161,58 +134,31 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, from_args: LoadArguments) -> Resu
     Ok(Registered::ModuleConfig)
 }
 
-extern "C" fn get_max_limit(_name: *const c_char, _privdata: *mut c_void) -> c_longlong {
-    MAX_LIMIT.load(Relaxed)
-}
-
-extern "C" fn set_max_limit(
-    _name: *const c_char,
-    value: c_longlong,
-    _privdata: *mut c_void,
-    _err: *mut *mut raw::RedisModuleString,
-) -> c_int {
-    // The server enforces the registered bounds before calling this; checked
-    // again so that no value outside them can ever be stored.
-    if !(MAX_LIMIT_FLOOR..=MAX_LIMIT_CEILING).contains(&value) {
-        return raw::REDISMODULE_ERR as c_int;
-    }
+/// Stores `xcloak.max-limit` (the border has checked it against the bounds).
+fn set_max_limit(value: i64) -> Result<(), &'static CStr> {
     MAX_LIMIT.store(value, Relaxed);
-    raw::REDISMODULE_OK as c_int
+    Ok(())
 }
 
-extern "C" fn get_storage(_name: *const c_char, _privdata: *mut c_void) -> c_int {
-    store::creation_form() as c_int
+fn get_storage() -> i32 {
+    store::creation_form() as i32
 }
 
 /// The error `CONFIG SET xcloak.storage compact` gets without `STORAGE compact`.
-pub const STORAGE_NEEDS_LOAD_ARGUMENT: &std::ffi::CStr =
+pub const STORAGE_NEEDS_LOAD_ARGUMENT: &CStr =
     c"compact storage needs the module loaded with STORAGE compact (loadmodule ... STORAGE compact): the data type is registered only at load";
 
-extern "C" fn set_storage(
-    _name: *const c_char,
-    value: c_int,
-    _privdata: *mut c_void,
-    err: *mut *mut raw::RedisModuleString,
-) -> c_int {
-    let storage = if value == Storage::Compact as c_int {
+fn set_storage(value: i32) -> Result<(), &'static CStr> {
+    let storage = if value == Storage::Compact as i32 {
         Storage::Compact
     } else {
         Storage::Zset
     };
     if storage == Storage::Compact && !compact::registered() {
-        if !err.is_null() {
-            // SAFETY: the server frees the error string it is handed.
-            unsafe {
-                if let Some(create) = raw::RedisModule_CreateString {
-                    let text = STORAGE_NEEDS_LOAD_ARGUMENT.to_bytes();
-                    *err = create(std::ptr::null_mut(), text.as_ptr() as *const c_char, text.len());
-                }
-            }
-        }
-        return raw::REDISMODULE_ERR as c_int;
+        return Err(STORAGE_NEEDS_LOAD_ARGUMENT);
     }
     store::set_creation_form(storage);
-    raw::REDISMODULE_OK as c_int
+    Ok(())
 }
 
 #[cfg(test)]

@@ -20,14 +20,13 @@
 //! Replicas never evict (they apply the primary's `DEL`): each node counts
 //! what it evicted itself.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use redis_module::raw;
 
-use crate::ffi::{api, bytes_of, Key};
+use crate::ffi::{self, bytes_of, events, Key};
 use crate::store::{compact, zset};
 
 /// Windows evicted since load (`xcloak_evicted`).
@@ -58,111 +57,49 @@ static TIMER_PENDING: AtomicBool = AtomicBool::new(false);
 /// and then to the `evicted` event, so both must match.
 static LAST_UNLINKED: Mutex<(usize, Vec<u8>)> = Mutex::new((0, Vec::new()));
 
-/// A callback from C: a panic is logged and goes no further.
-fn quietly(body: impl FnOnce()) {
-    if catch_unwind(AssertUnwindSafe(body)).is_err() {
-        redis_module::logging::log_warning("xcloak: internal error in an event callback, see above");
-    }
-}
-
 /// Subscribes to what the server offers (call from `OnLoad`, after the
 /// compact type is registered) and warns if the eviction policy can evict windows.
 pub fn subscribe(ctx: *mut raw::RedisModuleCtx) {
-    let key_event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_KEY,
-        dataver: 1,
-    };
-    // SAFETY: reading the API table, then calling it with the load context.
-    unsafe {
-        let supported = raw::RedisModule_IsSubEventSupported
-            .is_some_and(|supported| supported(key_event, raw::REDISMODULE_SUBEVENT_KEY_EVICTED) != 0);
-        let subscribed = supported
-            && raw::RedisModule_SubscribeToServerEvent
-                .is_some_and(|subscribe| subscribe(ctx, key_event, Some(key_removed)) == raw::REDISMODULE_OK as c_int);
-        COUNTS_ZSETS.store(subscribed, Relaxed);
-        if !subscribed {
-            if let Some(subscribe) = raw::RedisModule_SubscribeToKeyspaceEvents {
-                subscribe(ctx, raw::REDISMODULE_NOTIFY_EVICTED, Some(evicted_event));
-            }
-        }
-        let config_event = raw::RedisModuleEvent {
-            id: raw::REDISMODULE_EVENT_CONFIG,
-            dataver: 1,
-        };
-        let config_supported = raw::RedisModule_IsSubEventSupported
-            .is_some_and(|supported| supported(config_event, raw::REDISMODULE_SUBEVENT_CONFIG_CHANGE) != 0);
-        if config_supported {
-            if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
-                subscribe(ctx, config_event, Some(config_changed));
-            }
-        }
+    let subscribed = events::subscribe_key_evicted(ctx, key_evicted);
+    COUNTS_ZSETS.store(subscribed, Relaxed);
+    if !subscribed {
+        events::subscribe_evicted_notification(ctx, evicted_notification);
     }
+    events::subscribe_config_changes(ctx, config_changed);
     warn_about_policy(ctx, "at load");
 }
 
-/// The `Key` event (7.2+): the key is still in place, readable.
-extern "C" fn key_removed(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    if subevent != raw::REDISMODULE_SUBEVENT_KEY_EVICTED || data.is_null() {
-        return;
+/// The `Key` event's `EVICTED` (7.2+): the key is still in place, readable.
+fn key_evicted(ctx: *mut raw::RedisModuleCtx, key: &Key) {
+    if compact::is_ours(key) || zset::is_window(key) {
+        window_evicted(ctx);
     }
-    quietly(|| {
-        // SAFETY: for this event the server passes a RedisModuleKeyInfoV1
-        // whose key is open for reading during the callback; the stand-in
-        // `Key` is never dropped, so it closes nothing.
-        let raw_key = unsafe { (*(data as *mut raw::RedisModuleKeyInfoV1)).key };
-        if raw_key.is_null() {
-            return;
-        }
-        // SAFETY: the key is open for reading during this callback, and
-        // used only within it.
-        let key = unsafe { Key::lent(ctx, raw_key) };
-        if compact::is_ours(&key) || zset::is_window(&key) {
-            window_evicted(ctx);
-        }
-    });
 }
 
 /// The compact type's `unlink` callback: remembers the key for the
 /// `evicted` event that follows an eviction (6.2 and 7.0 only).
-pub extern "C" fn compact_unlinked(key: *mut raw::RedisModuleString, _value: *const c_void) {
-    if COUNTS_ZSETS.load(Relaxed) || key.is_null() {
+pub fn compact_unlinked(key: &raw::RedisModuleString) {
+    if COUNTS_ZSETS.load(Relaxed) {
         return;
     }
-    quietly(|| {
-        if let Ok(mut last) = LAST_UNLINKED.lock() {
-            last.0 = key as usize;
-            last.1.clear();
-            // SAFETY: the server passes a live key name for the callback.
-            last.1.extend_from_slice(unsafe { key.as_ref() }.map_or(&[], bytes_of));
-        }
-    });
+    if let Ok(mut last) = LAST_UNLINKED.lock() {
+        last.0 = std::ptr::from_ref(key) as usize;
+        last.1.clear();
+        last.1.extend_from_slice(bytes_of(key));
+    }
 }
 
 /// The `evicted` keyspace event (6.2 and 7.0): the key is gone; it was a
 /// compact window if the compact type's `unlink` named it just before.
-extern "C" fn evicted_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _type: c_int,
-    _event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    quietly(|| {
-        let matched = LAST_UNLINKED.lock().is_ok_and(|mut last| {
-            // SAFETY: the server passes a live key name for the callback.
-            let matched = last.0 == key as usize && last.1 == unsafe { key.as_ref() }.map_or(&[][..], bytes_of);
-            last.0 = 0;
-            matched
-        });
-        if matched {
-            window_evicted(ctx);
-        }
+fn evicted_notification(ctx: *mut raw::RedisModuleCtx, key: &raw::RedisModuleString) {
+    let matched = LAST_UNLINKED.lock().is_ok_and(|mut last| {
+        let matched = last.0 == std::ptr::from_ref(key) as usize && last.1 == bytes_of(key);
+        last.0 = 0;
+        matched
     });
-    raw::REDISMODULE_OK as c_int
+    if matched {
+        window_evicted(ctx);
+    }
 }
 
 /// Counts one evicted window and logs it: the first at once, then at most
@@ -170,36 +107,20 @@ extern "C" fn evicted_event(
 fn window_evicted(ctx: *mut raw::RedisModuleCtx) {
     let total = EVICTED.fetch_add(1, Relaxed) + 1;
     UNLOGGED.fetch_add(1, Relaxed);
-    // SAFETY: a plain read of the server clock.
-    let now_ms = unsafe { api!(RedisModule_Milliseconds)() };
+    let now_ms = ffi::milliseconds();
     let since_last_ms = now_ms - LAST_LOG_MS.load(Relaxed);
     if LAST_LOG_MS.load(Relaxed) == 0 || since_last_ms >= LOG_INTERVAL_MS {
         log_evictions(now_ms, total);
-    } else if !TIMER_PENDING.swap(true, Relaxed) {
-        // SAFETY: a timer on the main thread; its callback takes no data.
-        let created = unsafe {
-            raw::RedisModule_CreateTimer.map(|create| {
-                create(
-                    ctx,
-                    (LOG_INTERVAL_MS - since_last_ms) as raw::mstime_t,
-                    Some(log_pending),
-                    std::ptr::null_mut(),
-                )
-            })
-        };
-        if created.is_none() {
-            TIMER_PENDING.store(false, Relaxed);
-        }
+    } else if !TIMER_PENDING.swap(true, Relaxed)
+        && !events::create_timer(ctx, LOG_INTERVAL_MS - since_last_ms, log_pending)
+    {
+        TIMER_PENDING.store(false, Relaxed);
     }
 }
 
-extern "C" fn log_pending(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    quietly(|| {
-        TIMER_PENDING.store(false, Relaxed);
-        // SAFETY: a plain read of the server clock.
-        let now_ms = unsafe { api!(RedisModule_Milliseconds)() };
-        log_evictions(now_ms, EVICTED.load(Relaxed));
-    });
+fn log_pending() {
+    TIMER_PENDING.store(false, Relaxed);
+    log_evictions(ffi::milliseconds(), EVICTED.load(Relaxed));
 }
 
 fn log_evictions(now_ms: i64, total: u64) {
@@ -227,27 +148,10 @@ fn log_evictions(now_ms: i64, total: u64) {
 
 /// `CONFIG SET` (7.0+): warns again if the eviction policy changed to one
 /// that evicts windows.
-extern "C" fn config_changed(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    _subevent: u64,
-    data: *mut c_void,
-) {
-    if data.is_null() {
-        return;
+fn config_changed(ctx: *mut raw::RedisModuleCtx, names: &[&CStr]) {
+    if names.iter().any(|name| name.to_bytes() == b"maxmemory-policy") {
+        warn_about_policy(ctx, "after CONFIG SET");
     }
-    quietly(|| {
-        // SAFETY: for this event the server passes a RedisModuleConfigChangeV1
-        // listing `num_changes` NUL-terminated names.
-        let change = unsafe { &*(data as *const raw::RedisModuleConfigChangeV1) };
-        let names = unsafe { std::slice::from_raw_parts(change.config_names, change.num_changes as usize) };
-        if names
-            .iter()
-            .any(|&name| !name.is_null() && unsafe { CStr::from_ptr(name) }.to_bytes() == b"maxmemory-policy")
-        {
-            warn_about_policy(ctx, "after CONFIG SET");
-        }
-    });
 }
 
 /// What the log says about a `maxmemory-policy`, if it can evict windows.
@@ -276,23 +180,7 @@ fn warn_about_policy(ctx: *mut raw::RedisModuleCtx, when: &str) {
 
 /// `maxmemory_policy` from `INFO memory`.
 fn maxmemory_policy(ctx: *mut raw::RedisModuleCtx) -> Option<String> {
-    // SAFETY: the server info is read and freed here; the field's text is
-    // copied before the free.
-    unsafe {
-        let (get, field, free) = (
-            raw::RedisModule_GetServerInfo?,
-            raw::RedisModule_ServerInfoGetFieldC?,
-            raw::RedisModule_FreeServerInfo?,
-        );
-        let info = get(ctx, c"memory".as_ptr());
-        if info.is_null() {
-            return None;
-        }
-        let value = field(info, c"maxmemory_policy".as_ptr());
-        let policy = (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
-        free(ctx, info);
-        policy
-    }
+    events::server_info_field(ctx, c"memory", c"maxmemory_policy")
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
-//! The border with the server: the module API's raw calls, each `unsafe`
-//! block with its `// SAFETY:` line, behind safe functions and types.
+//! The border with the server: every raw call of the module API, each
+//! `unsafe` block with its `// SAFETY:` line, behind safe functions and
+//! types. The crate denies `unsafe_code` (lib.rs); this file and its
+//! submodules are the one place that allows it.
 //!
 //! - [`api!`] reads a function of the API table (checked at load by
 //!   [`missing_api`]);
@@ -9,16 +11,23 @@
 //! - [`Owned`]: a module string, freed on drop; [`bytes_of`] borrows a string's
 //!   bytes for as long as the string;
 //! - a command's arguments ([`with_arguments`], [`with_words`]) and its replies;
+//! - [`datatype`]: a module data type (the compact form's `xcloaklog`) as a
+//!   safe trait, its callbacks, and a key's value;
+//! - [`events`]: server and keyspace events, timers, `INFO` reads;
+//! - [`config`]: module configs (`xcloak.*`);
+//! - [`registration`]: commands and the `INFO` section.
 //! - [`command_info`]: `COMMAND DOCS` / `COMMAND INFO` and ACL categories as
 //!   the server's C structures.
-//!
-//! The crate denies `unsafe_code` (lib.rs); this file is where it is allowed,
-//! with the registration and callback files not yet moved here (`lib.rs`
-//! lists them).
 //!
 //! A raw context (`*mut RedisModuleCtx`) taken by a function here is the
 //! context the server passed to the executing command or callback: every
 //! caller passes on the one it was given, as `redis_module::Context` does.
+
+// One module a line.
+pub mod config;
+pub mod datatype;
+pub mod events;
+pub mod registration;
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::mem::{ManuallyDrop, MaybeUninit};
@@ -207,6 +216,14 @@ pub fn reply_wrong_arity(ctx: *mut raw::RedisModuleCtx) {
     unsafe { api!(RedisModule_WrongArity)(ctx) };
 }
 
+/// Whether the executing command comes from the replication link or the
+/// AOF being loaded.
+pub fn from_primary_or_aof(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: the context of the executing command.
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
+    flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+}
+
 /// Replicates the executing command as it was given.
 pub fn replicate_verbatim(ctx: *mut raw::RedisModuleCtx) {
     // SAFETY: the context of the executing command.
@@ -243,7 +260,7 @@ impl Key {
     /// # Safety
     /// `raw` must be a key open for reading for as long as the result is
     /// used, within the callback that was given it with `ctx`.
-    pub unsafe fn lent(ctx: *mut raw::RedisModuleCtx, raw: *mut raw::RedisModuleKey) -> ManuallyDrop<Key> {
+    unsafe fn lent(ctx: *mut raw::RedisModuleCtx, raw: *mut raw::RedisModuleKey) -> ManuallyDrop<Key> {
         ManuallyDrop::new(Key {
             ctx,
             raw,
@@ -265,15 +282,6 @@ impl Key {
         self.ctx
     }
 
-    /// The raw handles, for the compact type's calls (`store/compact.rs`).
-    pub(crate) fn raw(&self) -> *mut raw::RedisModuleKey {
-        self.raw
-    }
-
-    pub(crate) fn name(&self) -> *mut raw::RedisModuleString {
-        self.name
-    }
-
     /// `RedisModule_KeyType` (`REDISMODULE_KEYTYPE_*`).
     pub fn key_type(&self) -> isize {
         // SAFETY: the key is open (or null: KeyType answers EMPTY).
@@ -284,7 +292,8 @@ impl Key {
         self.key_type() == raw::REDISMODULE_KEYTYPE_EMPTY
     }
 
-    pub fn delete(&self) {
+    /// Deletes the key (`&mut`: no value of it is borrowed meanwhile).
+    pub fn delete(&mut self) {
         // SAFETY: the key is open for writing.
         unsafe { api!(RedisModule_DeleteKey)(self.raw) };
     }
@@ -357,6 +366,35 @@ impl Key {
                 member.string,
             )
         };
+    }
+
+    /// Replicates `command key first [second]`, each a binary-safe string.
+    #[inline]
+    pub fn replicate_bytes(&self, command: &CStr, first: &[u8], second: Option<&[u8]>) {
+        let replicate = api!(RedisModule_Replicate);
+        // SAFETY: "s" the key name, "b" a buffer and its length (each "b" one).
+        unsafe {
+            match second {
+                None => replicate(
+                    self.ctx,
+                    command.as_ptr(),
+                    c"sb".as_ptr(),
+                    self.name,
+                    first.as_ptr() as *const c_char,
+                    first.len(),
+                ),
+                Some(second) => replicate(
+                    self.ctx,
+                    command.as_ptr(),
+                    c"sbb".as_ptr(),
+                    self.name,
+                    first.as_ptr() as *const c_char,
+                    first.len(),
+                    second.as_ptr() as *const c_char,
+                    second.len(),
+                ),
+            };
+        }
     }
 
     /// Replicates `command key s1 s2 ...` (ZREM with members, ZADD with

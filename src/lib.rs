@@ -13,44 +13,46 @@
 //! request, strictly, and this crate registers the commands and their docs;
 //! `window` takes the decision in plain Rust over a small `Log` trait; `log`
 //! is the compact form's log and its encodings; `member` and `effect` the
-//! sorted-set members and the compact form's effect text. Here, [`store`] is
-//! the one folder that touches keys: the `Log` over a sorted set
-//! (`store/zset.rs`) and over the compact type (`store/compact.rs`), side by
-//! side, and the replication of effects; [`commands`] wires them into
-//! handlers; [`eviction`] counts evicted windows over the store; this file
-//! registers everything with the server (the eviction hooks included, so that
-//! imports only point down), with [`metadata`] (COMMAND DOCS, ACL categories,
-//! mapped from the grammar to the server's terms)
-//! and [`config`] (`MAX-LIMIT`, `STORAGE`, `xcloak.*`, the settings it owns).
+//! sorted-set members and the compact form's effect text. Here, [`ffi`] is
+//! the border with the server, the one module where `unsafe` is allowed (each
+//! block with its SAFETY line): keys, strings, replies, the data type's
+//! callbacks and values (`ffi/datatype.rs`), events and timers, configs and
+//! registration, all behind safe functions, types and traits. Above it, in
+//! safe Rust: [`store`] is the one folder that touches keys: the `Log` over a
+//! sorted set (`store/zset.rs`) and over the compact type (`store/compact.rs`,
+//! which defines the type through `ffi::datatype::ModuleType`), side by side,
+//! and the replication of effects; [`commands`] wires them into handlers;
+//! [`eviction`] counts evicted windows over the store; this file registers
+//! everything with the server (the eviction hooks included, so that imports
+//! only point down), with [`metadata`] (COMMAND DOCS, ACL categories, mapped from the grammar
+//! to the server's terms) and
+//! [`config`] (`MAX-LIMIT`, `STORAGE`, `xcloak.*`, the settings it owns).
 
 // Unit tests build without the registration (`module`), which is what uses
 // the handlers, metadata and config.
 #![cfg_attr(test, allow(dead_code))]
-// `unsafe` lives at the border with the server, `ffi.rs`: the compiler holds
-// the rule. The files still marked below register the module's type,
-// settings and events with raw callbacks; they are the next to move behind
-// `ffi.rs`.
+// `unsafe` lives at the border with the server, `ffi.rs` and `ffi/`: the
+// compiler holds the rule (and tests/hygiene.rs, that each block there has
+// its SAFETY line).
 #![deny(unsafe_code)]
 
 mod commands;
-#[allow(unsafe_code)] // registration and callbacks of the settings (to move to ffi.rs)
 mod config;
-#[allow(unsafe_code)] // server events, timers and INFO reads (to move to ffi.rs)
 mod eviction;
-#[allow(unsafe_code)]
+#[allow(unsafe_code)] // the border with the server
 mod ffi;
 mod metadata;
 mod store;
 mod version;
 
 #[cfg(not(test))]
-#[allow(unsafe_code)] // OnLoad's registration and the INFO callback (to move to ffi.rs)
 mod module {
-    use std::ffi::{c_int, CStr};
+    use std::ffi::CStr;
 
-    use redis_module::{raw, Context, RedisString, Status};
+    use redis_module::{Context, RedisString, Status};
     use xcloak_core::grammar::{self, Command};
 
+    use crate::ffi::registration::{self, CommandHandler, Info};
     use crate::metadata;
     use crate::store::{self, compact};
     use crate::{commands, config, eviction, ffi};
@@ -63,10 +65,8 @@ mod module {
         init: init,
     }
 
-    type Handler = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
-
     /// Each command's handler and grammar (its name, flags, key position and docs).
-    const COMMANDS: [(Handler, &Command); 5] = [
+    const COMMANDS: [(CommandHandler, &Command); 5] = [
         (commands::allow, &grammar::ALLOW),
         (commands::peek, &grammar::PEEK),
         (commands::refund, &grammar::REFUND),
@@ -91,21 +91,7 @@ mod module {
         ffi::set_module_options(ctx.ctx, compact::registered());
         for (handler, command) in COMMANDS {
             let (name, flags) = (metadata::text(command.name), metadata::text(command.flags));
-            let key = command.key_position() as c_int;
-            // SAFETY: called from OnLoad with the server's context; the name
-            // and flags are NUL-terminated, and copied by the server.
-            let status = unsafe {
-                raw::RedisModule_CreateCommand.expect("CreateCommand")(
-                    ctx.ctx,
-                    name.as_ptr(),
-                    Some(handler),
-                    flags.as_ptr(),
-                    key,
-                    key,
-                    1,
-                )
-            };
-            if status != raw::REDISMODULE_OK as c_int {
+            if !registration::create_command(ctx.ctx, &name, handler, &flags, command.key_position()) {
                 return refuse(ctx, &format!("could not register {}", command.name));
             }
             // Metadata is documentation: a server that rejects it still gets
@@ -128,9 +114,7 @@ mod module {
             redis_module::logging::log_warning(format!("xcloak: internal error: {panic}"));
             previous(panic);
         }));
-        // Replaces the info callback the macro registered (it runs before init).
-        // SAFETY: the OnLoad context; `info` is a static callback.
-        unsafe { raw::RedisModule_RegisterInfoFunc.expect("RegisterInfoFunc")(ctx.ctx, Some(info)) };
+        registration::set_info(ctx.ctx, info);
         ctx.log_notice(&format!("version {} loaded", crate::version::TEXT));
         Status::Ok
     }
@@ -141,7 +125,7 @@ mod module {
     }
 
     /// `INFO xcloak`: the version, counters since load, and the configured bound.
-    extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    fn info(info: &mut Info) {
         use std::sync::atomic::Ordering::Relaxed;
         let fields: [(&CStr, i64); 8] = [
             (c"admitted", commands::ADMITTED.load(Relaxed) as i64),
@@ -160,21 +144,13 @@ mod module {
         } else {
             c"not-registered"
         };
-        // SAFETY: `ctx` is the info context the server passed to this callback.
-        unsafe {
-            raw::RedisModule_InfoAddSection.expect("InfoAddSection")(ctx, c"stats".as_ptr());
-            let add_text = raw::RedisModule_InfoAddFieldCString.expect("InfoAddFieldCString");
-            add_text(ctx, c"version".as_ptr(), crate::version::C_TEXT.as_ptr());
-            for (name, value) in fields {
-                raw::RedisModule_InfoAddFieldLongLong.expect("InfoAddFieldLongLong")(ctx, name.as_ptr(), value);
-            }
-            add_text(ctx, c"storage".as_ptr(), storage.as_ptr() as *mut _);
-            add_text(ctx, c"compact_type".as_ptr(), compact_type.as_ptr() as *mut _);
-            add_text(
-                ctx,
-                c"evicted_forms".as_ptr(),
-                eviction::counted_forms().as_ptr() as *mut _,
-            );
+        info.section(c"stats");
+        info.field_text(c"version", crate::version::C_TEXT);
+        for (name, value) in fields {
+            info.field_i64(name, value);
         }
+        info.field_text(c"storage", &storage);
+        info.field_text(c"compact_type", compact_type);
+        info.field_text(c"evicted_forms", eviction::counted_forms());
     }
 }

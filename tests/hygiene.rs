@@ -250,3 +250,294 @@ fn the_matrix_list_names_modules_of_the_suite() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// `unsafe` lives at one border: `src/ffi.rs` and `src/ffi/`.
+
+/// Whether `path` (relative to the repository) is part of the FFI border.
+fn in_border(path: &str) -> bool {
+    path == "src/ffi.rs" || path.starts_with("src/ffi/")
+}
+
+/// `source` with every comment and the contents of every string and
+/// character literal replaced by spaces, line for line (so line numbers hold).
+fn code_of(source: &str) -> Vec<String> {
+    let chars: Vec<char> = source.chars().collect();
+    let mut out = String::with_capacity(source.len());
+    let mut i = 0;
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+        } else if c == 'r'
+            && (next == Some('"') || next == Some('#'))
+            && !chars[..i].last().is_some_and(|p| p.is_alphanumeric() || *p == '_')
+        {
+            // A raw string: r"...", r#"..."#.
+            let mut j = i + 1;
+            while chars.get(j) == Some(&'#') {
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            let hashes = j - i - 1;
+            out.push_str(&" ".repeat(j - i + 1));
+            i = j + 1;
+            while i < chars.len() {
+                if chars[i] == '"' && (0..hashes).all(|k| chars.get(i + 1 + k) == Some(&'#')) {
+                    out.push_str(&" ".repeat(hashes + 1));
+                    i += hashes + 1;
+                    break;
+                }
+                out.push(blank(chars[i]));
+                i += 1;
+            }
+        } else if c == '"' {
+            out.push(' ');
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                if i < chars.len() {
+                    out.push(blank(chars[i]));
+                    i += 1;
+                }
+            }
+            out.push(' ');
+            i += 1;
+        } else if c == '\'' && (chars.get(i + 2) == Some(&'\'') || next == Some('\\')) {
+            // A character literal ('x', '\n', '\u{..}'), not a lifetime.
+            out.push(' ');
+            i += 1;
+            while i < chars.len() && chars[i] != '\'' {
+                if chars[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                out.push(' ');
+                i += 1;
+            }
+            out.push(' ');
+            i += 1;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out.split('\n').map(str::to_string).collect()
+}
+
+/// The columns where the word `unsafe` starts in a line of code.
+fn unsafe_words(line: &str) -> Vec<usize> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    line.match_indices("unsafe")
+        .filter(|&(at, word)| {
+            !line[..at].chars().next_back().is_some_and(is_ident)
+                && !line[at + word.len()..].chars().next().is_some_and(is_ident)
+        })
+        .map(|(at, _)| at)
+        .collect()
+}
+
+/// The comment block nearest above line `at` (0-based), looking past at most
+/// three lines of code (an attribute, a `let`, a match arm): its text, or
+/// nothing. A comment at the end of line `at` itself counts too.
+fn comment_above(source: &[&str], code: &[String], at: usize) -> String {
+    if source[at].len() > code[at].trim_end().len() && source[at].contains("//") {
+        let own = &source[at][code[at].trim_end().len()..];
+        if own.contains("SAFETY:") {
+            return own.to_string();
+        }
+    }
+    let mut line = at;
+    let mut code_lines = 0;
+    while line > 0 {
+        line -= 1;
+        let text = source[line].trim_start();
+        if text.starts_with("//") {
+            let mut block = Vec::new();
+            while source[line].trim_start().starts_with("//") {
+                block.push(source[line].trim_start());
+                if line == 0 {
+                    break;
+                }
+                line -= 1;
+            }
+            return block.join("\n");
+        }
+        if !text.is_empty() {
+            code_lines += 1;
+            if code_lines > 3 {
+                break;
+            }
+        }
+    }
+    String::new()
+}
+
+/// Every place a file of `src/` breaks the rule: `unsafe` outside the border
+/// (comments and string literals aside), an `#[allow(unsafe_code)]` other
+/// than lib.rs's on `mod ffi`, a
+/// crate root without `#![deny(unsafe_code)]`, and, in the border, an
+/// `unsafe` block or impl without a `// SAFETY:` comment just above it, or
+/// an `unsafe fn` / `trait` whose docs have no `# Safety` section.
+fn unsafe_problems(files: &[(String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (path, source) in files {
+        let lines: Vec<&str> = source.split('\n').collect();
+        let code = code_of(source);
+        for (n, line) in code.iter().enumerate() {
+            if line.contains("allow(unsafe_code)") {
+                let module = code[n + 1..].iter().find(|l| !l.trim().is_empty()).map(|l| l.trim());
+                let border_mod = path == "src/lib.rs" && module == Some("mod ffi;");
+                if !border_mod {
+                    found.push(format!("{path}:{}: allow(unsafe_code) outside the border", n + 1));
+                }
+            }
+            for column in unsafe_words(line) {
+                if !in_border(path) {
+                    found.push(format!(
+                        "{path}:{}: unsafe outside the border (src/ffi.rs, src/ffi/)",
+                        n + 1
+                    ));
+                    continue;
+                }
+                let rest: String = std::iter::once(&line[column + "unsafe".len()..])
+                    .chain(code[n + 1..].iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let what = rest.split_whitespace().next().unwrap_or("");
+                let comment = comment_above(&lines, &code, n);
+                if what.starts_with("fn") || what.starts_with("trait") {
+                    if !comment.contains("# Safety") {
+                        found.push(format!(
+                            "{path}:{}: unsafe {what} without a `# Safety` doc section",
+                            n + 1
+                        ));
+                    }
+                } else if !comment.contains("SAFETY:") {
+                    found.push(format!(
+                        "{path}:{}: unsafe without a `// SAFETY:` comment just above",
+                        n + 1
+                    ));
+                }
+            }
+        }
+        if path == "src/lib.rs" && !code.iter().any(|l| l.contains("#![deny(unsafe_code)]")) {
+            found.push("src/lib.rs: the crate does not deny unsafe_code".to_string());
+        }
+    }
+    found
+}
+
+/// Every `.rs` file under `src/`, as (path from the repository, contents).
+fn src_files() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    let mut dirs = vec![repo().join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let relative = path.strip_prefix(repo()).unwrap().to_string_lossy().replace('\\', "/");
+                files.push((relative, std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn unsafe_lives_only_at_the_ffi_border_with_a_safety_line_each() {
+    let files = src_files();
+    assert!(files.iter().any(|(p, _)| p == "src/ffi.rs"), "src/ffi.rs is missing");
+    let found = unsafe_problems(&files);
+    assert!(
+        found.is_empty(),
+        "unsafe code must live in src/ffi.rs or src/ffi/, each block with a `// SAFETY:` line:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The checker fails on a broken tree, and passes comments, strings and a
+/// border block with its SAFETY line.
+#[test]
+fn the_unsafe_checker_finds_unsafe_outside_the_border_and_blocks_without_safety() {
+    let file = |path: &str, source: &str| (path.to_string(), source.to_string());
+    let broken = [
+        file("src/store/compact.rs", "fn f() {\n    let x = unsafe { g() };\n}\n"),
+        file("src/eviction.rs", "#[allow(unsafe_code)]\nfn f() {}\n"),
+        file(
+            "src/ffi.rs",
+            "fn f() {\n    // the server's pointer\n    unsafe { g() };\n}\n",
+        ),
+        file("src/ffi/datatype.rs", "/// Borrows.\npub unsafe fn lent() {}\n"),
+        file(
+            "src/ffi/events.rs",
+            "// SAFETY: far above\nlet a = 1;\nlet b = 2;\nlet c = 3;\nlet d = 4;\nunsafe { g() };\n",
+        ),
+        file(
+            "src/lib.rs",
+            "#![forbid(missing_docs)]\n#[allow(unsafe_code)]\nmod config;\n",
+        ),
+    ];
+    let found = unsafe_problems(&broken);
+    for (path, _) in &broken {
+        assert!(
+            found.iter().any(|p| p.starts_with(&format!("{path}:"))),
+            "{path} not reported: {found:?}"
+        );
+    }
+    assert!(
+        found
+            .iter()
+            .any(|p| p == "src/lib.rs: the crate does not deny unsafe_code"),
+        "{found:?}"
+    );
+
+    let clean = [
+        file(
+            "src/commands.rs",
+            "// unsafe in a comment\n/* and unsafe\n in a block */\nconst A: &str = \"unsafe\";\nconst B: &str = r#\"unsafe\"#;\nfn unsafe_code_free<'a>(x: &'a u8) -> char { 'u' }\n",
+        ),
+        file(
+            "src/ffi.rs",
+            "fn f() {\n    // SAFETY: the server's pointer,\n    // live for the call.\n    #[allow(unused_unsafe)]\n    let x = unsafe { g() };\n}\n\
+             /// Borrows.\n///\n/// # Safety\n/// `p` is live.\npub unsafe fn lent(p: *mut u8) {}\n\
+             // SAFETY: a plain pointer.\nunsafe impl Send for K {}\nfn h() { unsafe { g() } } // SAFETY: as above.\n",
+        ),
+        file("src/lib.rs", "#![deny(unsafe_code)]\n#[allow(unsafe_code)]\nmod ffi;\nmod commands;\n"),
+    ];
+    assert_eq!(unsafe_problems(&clean), Vec::<String>::new());
+}

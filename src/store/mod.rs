@@ -4,7 +4,7 @@
 //! - [`zset`]: a sorted set, the layout of the article's script and of the
 //!   Lua fallback (`src/lua/`), so deployments move between them freely;
 //! - [`compact`]: the module's own data type `xcloaklog`, the log as
-//!   bit-packed blocks of runs ([`encoding`], pure Rust), about a byte per request.
+//!   bit-packed blocks of runs (`xcloak_core::log`, pure Rust), about a byte per request.
 //!
 //! Both implement [`Log`], so `window.rs` decides the same way over either.
 //! The form applies to keys a call *creates* ([`set_creation_form`], the
@@ -13,9 +13,8 @@
 //! admission. This file holds what both forms share: what a key holds, the
 //! record of what a call changed, and the commit that sets the expiry,
 //! replicates the effects and fires the keyspace events (the API calls
-//! themselves are `ffi.rs`'s).
+//! themselves, and the compact type's callbacks, are the border's: `ffi.rs`).
 
-#[allow(unsafe_code)] // the data type's callbacks and values (to move to ffi.rs)
 pub mod compact;
 pub mod zset;
 
@@ -169,7 +168,10 @@ impl Window {
     }
 
     fn key(&self) -> &Key {
-        each_form!(self, log => &log.key)
+        match self {
+            Window::Zset(log) => &log.key,
+            Window::Compact(log) => log.key(),
+        }
     }
 
     fn changes(&self) -> &Changes {
@@ -219,7 +221,7 @@ impl Window {
         old.publish_changes(None);
         let key = match old {
             Window::Zset(log) => log.key,
-            Window::Compact(log) => log.key,
+            Window::Compact(log) => log.into_key(),
         };
         *self = Window::new(key, wanted);
     }
@@ -263,7 +265,7 @@ pub fn convert(
     to: Form,
     max_entries: u64,
 ) -> Result<bool, Refusal> {
-    let key = Key::open(ctx, name, true);
+    let mut key = Key::open(ctx, name, true);
     let from = match holds(&key) {
         Holds::Nothing => return Ok(false),
         Holds::OtherType => return Err(Refusal::WrongType),
@@ -285,7 +287,7 @@ pub fn convert(
     key.replicate_del();
     match to {
         Form::Zset => zset::write_runs(&key, &runs),
-        Form::Compact => compact::write_runs(&key, &runs),
+        Form::Compact => compact::write_runs(&mut key, &runs),
     }
     if let Some(expire_at_ms) = expire_at_ms {
         key.set_expiry(expire_at_ms);
