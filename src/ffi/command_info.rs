@@ -115,7 +115,7 @@ struct Held {
 }
 
 fn command_info(docs: &Docs, held: &mut Held) -> raw::RedisModuleCommandInfo {
-    // SAFETY (zeroed): a plain C struct; all-zero is the terminator the
+    // SAFETY: zeroed: a plain C struct; all-zero is the terminator the
     // server looks for (begin_search_type INVALID).
     let mut key_spec: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
     key_spec.flags = docs.key_flags;
