@@ -96,6 +96,20 @@ impl Token {
 
 const _: () = assert!(Token::LONGEST <= 8, "a token is packed into a u64");
 
+impl Token {
+    /// Each word of [`Token::ALL`] packed ([`Token::packed`]), at compile
+    /// time: matching a word costs one comparison a token.
+    const PACKED: [u64; Token::ALL.len()] = {
+        let mut packed = [0; Token::ALL.len()];
+        let mut i = 0;
+        while i < Token::ALL.len() {
+            packed[i] = Token::ALL[i].packed();
+            i += 1;
+        }
+        packed
+    };
+}
+
 /// The upper end of a [`Range`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Max {
@@ -319,10 +333,16 @@ impl Command {
         for (i, b) in word.iter().enumerate() {
             packed |= u64::from(b.to_ascii_uppercase()) << (8 * i);
         }
-        self.args.iter().find_map(|arg| {
-            let token = arg.token?;
-            (token.packed() == packed && token.word().len() == word.len()).then_some((token, arg))
-        })
+        // The word's token (a trailing NUL packs as nothing: the length tells),
+        // then whether this command takes it.
+        let token = Token::ALL[Token::PACKED.iter().position(|&p| p == packed)?];
+        if token.word().len() != word.len() {
+            return None;
+        }
+        self.args
+            .iter()
+            .find(|arg| arg.token == Some(token))
+            .map(|arg| (token, arg))
     }
 
     /// Its options' tokens, in order: `TIER, COST, NOW, DETAILS or STAMP`.
